@@ -1,0 +1,1 @@
+//! The Celeborn protocol adapter: translates the wire protocol onto the storage crate's block API.

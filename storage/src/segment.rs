@@ -1,0 +1,92 @@
+//! Persisted segments: where a partition's flushed blocks live.
+//!
+//! A partition's persisted data is one logical byte stream: its segments in
+//! order, each a data file (or object) plus an index of 40-byte records. A
+//! partition grows by appending to its last disk segment, or by starting a new
+//! segment when it moves to another disk or to the cold tier. Readers see the
+//! logical stream: index offsets are rebased and reads may span segments.
+//!
+//! A segment's `len` and `records` only grow after both its data and index
+//! writes succeeded, so readers never see an index record without its data.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+#[derive(Debug, Clone)]
+pub(crate) enum SegmentLocation {
+    Disk {
+        disk: usize,
+        data: PathBuf,
+        index: PathBuf,
+    },
+    Cold {
+        data: String,
+        index: String,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Segment {
+    /// Unique per store; keys the index cache.
+    pub uid: u64,
+    pub location: SegmentLocation,
+    /// Offset of this segment's first byte in the partition's logical stream.
+    pub logical_start: u64,
+    len: AtomicU64,
+    records: AtomicU64,
+    /// A disk segment takes appends until a write to it fails.
+    open: AtomicBool,
+}
+
+/// What a reader may use of a segment at one moment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentExtent {
+    pub len: u64,
+    pub records: u64,
+}
+
+impl Segment {
+    pub(crate) fn new(uid: u64, location: SegmentLocation, logical_start: u64) -> Self {
+        let open = matches!(location, SegmentLocation::Disk { .. });
+        Segment {
+            uid,
+            location,
+            logical_start,
+            len: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            open: AtomicBool::new(open),
+        }
+    }
+
+    pub(crate) fn extent(&self) -> SegmentExtent {
+        // records is published after len (Release), so loading it first
+        // (Acquire) guarantees len covers every record read.
+        let records = self.records.load(Ordering::Acquire);
+        let len = self.len.load(Ordering::Acquire);
+        SegmentExtent { len, records }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn commit(&self, bytes: u64, records: u64) {
+        self.len.fetch_add(bytes, Ordering::AcqRel);
+        self.records.fetch_add(records, Ordering::Release);
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn close(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn disk(&self) -> Option<usize> {
+        match self.location {
+            SegmentLocation::Disk { disk, .. } => Some(disk),
+            SegmentLocation::Cold { .. } => None,
+        }
+    }
+}

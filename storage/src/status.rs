@@ -1,0 +1,162 @@
+//! Figures of the store: a JSON-able status and Prometheus gauges.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use crate::cold::ColdStatus;
+use crate::disk::DiskStatus;
+use crate::store::Store;
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub appended_bytes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub spills: AtomicU64,
+    pub spilled_bytes: AtomicU64,
+    pub spill_failures: AtomicU64,
+    pub no_buffer: AtomicU64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreStatus {
+    pub ready: bool,
+    pub memory: MemoryStatus,
+    pub tiers: TierBytes,
+    pub disks: Vec<DiskStatus>,
+    pub cold: Option<ColdStatus>,
+    pub operations: OperationCounts,
+    pub applications: Vec<AppStatus>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryStatus {
+    pub capacity: u64,
+    pub used: u64,
+    pub reserved: u64,
+    pub flushing: u64,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+}
+
+/// Bytes of shuffle data held per tier.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct TierBytes {
+    pub memory: u64,
+    pub disk: u64,
+    pub cold: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OperationCounts {
+    pub appended_bytes: u64,
+    pub read_bytes: u64,
+    pub spills: u64,
+    pub spilled_bytes: u64,
+    pub spill_failures: u64,
+    pub no_buffer_replies: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AppStatus {
+    pub id: String,
+    pub shuffles: usize,
+    pub partitions: usize,
+    pub bytes: TierBytes,
+    pub idle_ms: u64,
+}
+
+impl Store {
+    pub fn status(&self) -> StoreStatus {
+        let now = self.now_ms();
+        let mut applications = Vec::new();
+        let mut tiers = TierBytes::default();
+        for a in self.apps.iter() {
+            let mut bytes = TierBytes::default();
+            let mut partitions = 0;
+            for s in a.shuffles.iter() {
+                for p in s.partitions.iter() {
+                    partitions += 1;
+                    let (m, d, c) = p.tier_bytes();
+                    bytes.memory += m;
+                    bytes.disk += d;
+                    bytes.cold += c;
+                }
+            }
+            tiers.memory += bytes.memory;
+            tiers.disk += bytes.disk;
+            tiers.cold += bytes.cold;
+            applications.push(AppStatus {
+                id: a.id.to_string(),
+                shuffles: a.shuffles.len(),
+                partitions,
+                bytes,
+                idle_ms: now.saturating_sub(a.last_seen_ms.load(Ordering::Relaxed)),
+            });
+        }
+        applications.sort_by(|a, b| a.id.cmp(&b.id));
+        let c = &self.counters;
+        StoreStatus {
+            ready: self.is_ready(),
+            memory: MemoryStatus {
+                capacity: self.budget.capacity(),
+                used: self.budget.used(),
+                reserved: self.budget.reserved(),
+                flushing: self.budget.flushing(),
+                high_watermark: self.config.memory.high_watermark,
+                low_watermark: self.config.memory.low_watermark,
+            },
+            tiers,
+            disks: self.disks.iter().map(|d| d.status()).collect(),
+            cold: self.cold.as_ref().map(|c| c.status()),
+            operations: OperationCounts {
+                appended_bytes: c.appended_bytes.load(Ordering::Relaxed),
+                read_bytes: c.read_bytes.load(Ordering::Relaxed),
+                spills: c.spills.load(Ordering::Relaxed),
+                spilled_bytes: c.spilled_bytes.load(Ordering::Relaxed),
+                spill_failures: c.spill_failures.load(Ordering::Relaxed),
+                no_buffer_replies: c.no_buffer.load(Ordering::Relaxed),
+            },
+            applications,
+        }
+    }
+
+    /// Bytes held per tier, summed over tier counters (cheap: no walk).
+    pub fn tier_bytes(&self) -> TierBytes {
+        TierBytes {
+            memory: self.budget.used().saturating_sub(self.budget.reserved()),
+            disk: self
+                .disks
+                .iter()
+                .map(|d| d.stored_bytes.load(Ordering::Relaxed))
+                .sum(),
+            cold: self
+                .cold
+                .as_ref()
+                .map(|c| c.stored_bytes.load(Ordering::Relaxed))
+                .unwrap_or(0),
+        }
+    }
+
+    /// Publishes gauges to the `metrics` recorder, if the process installed one.
+    pub fn publish_gauges(&self) {
+        let b = &self.budget;
+        metrics::gauge!("switchyard_memory_capacity_bytes").set(b.capacity() as f64);
+        metrics::gauge!("switchyard_memory_used_bytes").set(b.used() as f64);
+        metrics::gauge!("switchyard_memory_reserved_bytes").set(b.reserved() as f64);
+        metrics::gauge!("switchyard_memory_flushing_bytes").set(b.flushing() as f64);
+        let t = self.tier_bytes();
+        metrics::gauge!("switchyard_tier_bytes", "tier" => "memory").set(t.memory as f64);
+        metrics::gauge!("switchyard_tier_bytes", "tier" => "disk").set(t.disk as f64);
+        metrics::gauge!("switchyard_tier_bytes", "tier" => "cold").set(t.cold as f64);
+        for d in &self.disks {
+            let s = d.status();
+            let dir = s.dir.display().to_string();
+            metrics::gauge!("switchyard_disk_healthy", "dir" => dir.clone())
+                .set(if s.health == crate::disk::DiskHealth::Healthy { 1.0 } else { 0.0 });
+            metrics::gauge!("switchyard_disk_used_ratio", "dir" => dir.clone()).set(s.used_ratio);
+            metrics::gauge!("switchyard_disk_stored_bytes", "dir" => dir).set(s.stored_bytes as f64);
+        }
+        metrics::gauge!("switchyard_applications").set(self.apps.len() as f64);
+    }
+}

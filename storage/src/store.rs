@@ -1,0 +1,646 @@
+//! The block API: the one facade both protocol adapters call.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
+use crate::budget::{MemoryBudget, Reservation};
+use crate::cold::ColdTier;
+use crate::config::StoreConfig;
+use crate::disk::LocalDisk;
+use crate::error::{Result, StorageError};
+use crate::fault::DiskFaults;
+use crate::id::{path_component, AppId, PartitionKey};
+use crate::memory::MemoryRead;
+use crate::partition::{App, Partition, Shuffle};
+use crate::segment::{Segment, SegmentLocation};
+
+/// A partition's index as Uniffle serves it: 40-byte records in data order,
+/// offsets in the partition's logical data stream, and that stream's length.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionIndex {
+    pub index: Bytes,
+    pub data_len: u64,
+}
+
+impl PartitionIndex {
+    pub fn records(&self) -> Vec<IndexRecord> {
+        IndexRecord::decode_all(&self.index)
+    }
+}
+
+/// Figures of one partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub cold_bytes: u64,
+    pub received_bytes: u64,
+    pub received_blocks: u64,
+}
+
+pub struct Store {
+    pub(crate) config: StoreConfig,
+    pub(crate) budget: Arc<MemoryBudget>,
+    pub(crate) disks: Vec<Arc<LocalDisk>>,
+    pub(crate) cold: Option<Arc<ColdTier>>,
+    pub(crate) apps: DashMap<AppId, Arc<App>>,
+    pub(crate) index_cache: moka::future::Cache<(u64, u64), Bytes>,
+    pub(crate) flush_slots: Arc<Semaphore>,
+    pub(crate) next_segment: AtomicU64,
+    pub(crate) spill_wakeup: tokio::sync::Notify,
+    pub(crate) counters: crate::status::Counters,
+    pub(crate) epoch: Instant,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) tasks: TaskTracker,
+    pub(crate) shutting_down: AtomicBool,
+}
+
+impl Store {
+    /// Opens the store and starts its background work (spill, disk health,
+    /// application expiry) on the current tokio runtime.
+    pub async fn open(config: StoreConfig) -> Result<Arc<Store>> {
+        Self::open_with_faults(config, None).await
+    }
+
+    /// Like [`Store::open`], with a fault injector on every disk (tests).
+    pub async fn open_with_faults(
+        config: StoreConfig,
+        faults: Option<Arc<dyn DiskFaults>>,
+    ) -> Result<Arc<Store>> {
+        config.validate().map_err(StorageError::Config)?;
+        let mut disks = Vec::new();
+        for (i, dir) in config.disks.dirs.iter().enumerate() {
+            let disk = LocalDisk::open(i, dir.clone(), &config.disks, faults.clone())
+                .map_err(|e| StorageError::io(dir, e))?;
+            disks.push(Arc::new(disk));
+        }
+        let cold = config.cold.as_ref().map(ColdTier::open).transpose()?;
+        let index_cache = moka::future::Cache::builder()
+            .weigher(|_: &(u64, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
+            .max_capacity(config.memory.index_cache.as_u64())
+            .build();
+        let flush_slots = config.disks.dirs.len() * config.disks.write_concurrency
+            + config.cold.as_ref().map(|c| c.write_concurrency).unwrap_or(0);
+        // Segment uids only need to be unique within this process's lifetime
+        // and its files; start from the clock so a restart does not reuse them.
+        let uid_start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(1);
+        let store = Arc::new(Store {
+            budget: Arc::new(MemoryBudget::new(config.memory.capacity.as_u64())),
+            disks,
+            cold,
+            apps: DashMap::new(),
+            index_cache,
+            flush_slots: Arc::new(Semaphore::new(flush_slots.max(1))),
+            next_segment: AtomicU64::new(uid_start),
+            spill_wakeup: tokio::sync::Notify::new(),
+            counters: Default::default(),
+            epoch: Instant::now(),
+            cancel: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            shutting_down: AtomicBool::new(false),
+            config,
+        });
+        store.start_background();
+        tracing::info!(
+            memory = %store.config.memory.capacity,
+            disks = store.disks.len(),
+            cold = store.cold.is_some(),
+            "store opened"
+        );
+        Ok(store)
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// True while some tier can take flushes.
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire)
+            && (self.disks.iter().any(|d| d.is_writable()) || self.cold.is_some())
+    }
+
+    // ---- applications ---------------------------------------------------
+
+    /// Registers an application, or refreshes it if known.
+    pub fn register_app(&self, app: &str) {
+        let now = self.now_ms();
+        self.apps
+            .entry(AppId::from(app))
+            .or_insert_with(|| {
+                tracing::info!(app, "application registered");
+                Arc::new(App::new(AppId::from(app), now))
+            })
+            .touch(now);
+    }
+
+    /// Refreshes an application's lease. False if the application is unknown.
+    pub fn heartbeat(&self, app: &str) -> bool {
+        match self.apps.get(app) {
+            Some(a) => {
+                a.touch(self.now_ms());
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn has_app(&self, app: &str) -> bool {
+        self.apps.contains_key(app)
+    }
+
+    pub fn app_ids(&self) -> Vec<String> {
+        self.apps.iter().map(|a| a.key().to_string()).collect()
+    }
+
+    pub(crate) fn app(&self, app: &str) -> Result<Arc<App>> {
+        let a = self
+            .apps
+            .get(app)
+            .map(|a| a.clone())
+            .ok_or_else(|| StorageError::UnknownApp(app.to_string()))?;
+        a.touch(self.now_ms());
+        Ok(a)
+    }
+
+    fn partition(&self, key: &PartitionKey) -> Result<Option<Arc<Partition>>> {
+        let app = self.app(&key.app)?;
+        let p = app
+            .shuffles
+            .get(&key.shuffle)
+            .and_then(|s| s.partitions.get(&key.local()).map(|p| p.clone()));
+        Ok(p)
+    }
+
+    fn partition_or_create(&self, key: &PartitionKey) -> Result<Arc<Partition>> {
+        let app = self.app(&key.app)?;
+        let shuffle = app
+            .shuffles
+            .entry(key.shuffle)
+            .or_insert_with(|| Arc::new(Shuffle::default()))
+            .clone();
+        let p = shuffle
+            .partitions
+            .entry(key.local())
+            .or_insert_with(|| Arc::new(Partition::new(key.clone())))
+            .clone();
+        Ok(p)
+    }
+
+    // ---- writes ---------------------------------------------------------
+
+    /// Reserves memory ahead of an append (Uniffle's buffer ticket).
+    pub fn reserve(&self, bytes: u64) -> Result<Reservation> {
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(StorageError::ShuttingDown);
+        }
+        let r = Reservation::new(self.budget.clone(), bytes);
+        if r.is_err() {
+            self.counters.no_buffer.fetch_add(1, Ordering::Relaxed);
+            self.spill_wakeup.notify_one();
+        }
+        r
+    }
+
+    /// Appends blocks to a partition, charging the memory budget (first from
+    /// `reservation`, then directly). When this returns Ok the blocks are
+    /// readable; when it fails nothing was appended.
+    pub async fn append(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        blocks: Vec<Block>,
+        reservation: Option<&mut Reservation>,
+    ) -> Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(StorageError::ShuttingDown);
+        }
+        let partition = self.partition_or_create(key)?;
+        if partition.sealed.load(Ordering::Acquire) {
+            return Err(StorageError::Sealed(key.clone()));
+        }
+        let charge: u64 = blocks.iter().map(Block::charge).sum();
+        let bytes: u64 = blocks.iter().map(Block::len).sum();
+        let covered = reservation.map(|r| r.consume(charge)).unwrap_or(0);
+        if covered < charge {
+            if let Err(e) = self.budget.try_charge(charge - covered) {
+                // Give the covered part back: nothing is appended.
+                self.budget.release(covered);
+                self.counters.no_buffer.fetch_add(1, Ordering::Relaxed);
+                self.spill_wakeup.notify_one();
+                return Err(e);
+            }
+        }
+        let count = blocks.len() as u64;
+        let staged = {
+            let mut buf = partition.buffer.lock();
+            // Checked under the buffer lock: removal and sealing take it too.
+            if partition.is_removed() {
+                drop(buf);
+                self.budget.release(charge);
+                return Err(StorageError::ShuffleRemoved {
+                    app: key.app.to_string(),
+                    shuffle: key.shuffle,
+                });
+            }
+            if partition.sealed.load(Ordering::Acquire) {
+                drop(buf);
+                self.budget.release(charge);
+                return Err(StorageError::Sealed(key.clone()));
+            }
+            buf.push(blocks);
+            buf.staging_charge()
+        };
+        partition.received_bytes.fetch_add(bytes, Ordering::Relaxed);
+        partition.received_blocks.fetch_add(count, Ordering::Relaxed);
+        self.counters
+            .appended_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        if staged >= self.config.memory.single_buffer_threshold.as_u64() {
+            self.schedule_flush(&partition);
+        }
+        if self.over_high_watermark() {
+            self.spill_wakeup.notify_one();
+        }
+        Ok(())
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    /// Blocks still in memory after the block `after` (from the start when
+    /// `None`, or when that block already left memory), skipping blocks `keep`
+    /// rejects, until at least `max_bytes` (always one block if any is left).
+    /// An unknown partition reads as empty.
+    pub fn read_memory(
+        &self,
+        key: &PartitionKey,
+        after: Option<i64>,
+        max_bytes: u64,
+        keep: &dyn Fn(&Block) -> bool,
+    ) -> Result<MemoryRead> {
+        Ok(match self.partition(key)? {
+            Some(p) => p.buffer.lock().read(after, max_bytes, keep),
+            None => MemoryRead::default(),
+        })
+    }
+
+    /// The persisted index of a partition. An unknown partition, or one whose
+    /// data is all still in memory, has an empty index.
+    pub async fn read_index(&self, key: &PartitionKey) -> Result<PartitionIndex> {
+        let Some(p) = self.partition(key)? else {
+            return Ok(PartitionIndex::default());
+        };
+        let segments = p.segments_snapshot();
+        let mut parts = Vec::with_capacity(segments.len());
+        let mut data_len = 0;
+        for seg in &segments {
+            let extent = seg.extent();
+            if extent.records == 0 {
+                continue;
+            }
+            let raw = self.segment_index(seg, extent.records).await?;
+            data_len = seg.logical_start + extent.len;
+            parts.push((seg.logical_start, raw));
+        }
+        let index = match parts.len() {
+            0 => Bytes::new(),
+            1 if parts[0].0 == 0 => parts.pop().unwrap().1,
+            _ => {
+                let mut out = BytesMut::with_capacity(parts.iter().map(|p| p.1.len()).sum());
+                for (start, raw) in parts {
+                    for mut r in IndexRecord::decode_all(&raw) {
+                        r.offset += start;
+                        r.encode(&mut out);
+                    }
+                }
+                out.freeze()
+            }
+        };
+        Ok(PartitionIndex { index, data_len })
+    }
+
+    /// A segment's first `records` index records, through the index cache.
+    async fn segment_index(&self, seg: &Arc<Segment>, records: u64) -> Result<Bytes> {
+        let len = records * INDEX_RECORD_LEN as u64;
+        let seg2 = seg.clone();
+        let load = async move {
+            match &seg2.location {
+                SegmentLocation::Disk { disk, index, .. } => self.disks[*disk]
+                    .read(index.clone(), 0, len)
+                    .await
+                    .map_err(|e| StorageError::io(index, e)),
+                SegmentLocation::Cold { index, .. } => {
+                    self.cold_tier()?.read(index, 0, len).await
+                }
+            }
+        };
+        self.index_cache
+            .try_get_with((seg.uid, records), load)
+            .await
+            .map_err(|e: Arc<StorageError>| clone_error(&e))
+    }
+
+    pub(crate) fn cold_tier(&self) -> Result<&Arc<ColdTier>> {
+        self.cold
+            .as_ref()
+            .ok_or_else(|| StorageError::Config("no cold tier configured".into()))
+    }
+
+    /// Bytes `[offset, offset + len)` of a partition's persisted data.
+    pub async fn read_data(&self, key: &PartitionKey, offset: u64, len: u64) -> Result<Bytes> {
+        let p = self
+            .partition(key)?
+            .ok_or_else(|| StorageError::UnknownPartition(key.clone()))?;
+        self.read_range(&p, offset, len).await
+    }
+
+    pub(crate) async fn read_range(&self, p: &Partition, offset: u64, len: u64) -> Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let segments = p.segments_snapshot();
+        let size = segments
+            .last()
+            .map(|s| s.logical_start + s.len())
+            .unwrap_or(0);
+        let end = offset.checked_add(len).unwrap_or(u64::MAX);
+        if end > size {
+            return Err(StorageError::OutOfRange {
+                key: p.key.clone(),
+                offset,
+                len,
+                size,
+            });
+        }
+        let mut pieces = Vec::new();
+        for seg in &segments {
+            let seg_end = seg.logical_start + seg.len();
+            if seg_end <= offset || seg.logical_start >= end {
+                continue;
+            }
+            let from = offset.max(seg.logical_start) - seg.logical_start;
+            let to = end.min(seg_end) - seg.logical_start;
+            pieces.push(self.read_segment(seg, from, to - from).await?);
+        }
+        Ok(concat(pieces))
+    }
+
+    async fn read_segment(&self, seg: &Segment, offset: u64, len: u64) -> Result<Bytes> {
+        self.counters.read_bytes.fetch_add(len, Ordering::Relaxed);
+        match &seg.location {
+            SegmentLocation::Disk { disk, data, .. } => self.disks[*disk]
+                .read(data.clone(), offset, len)
+                .await
+                .map_err(|e| StorageError::io(data, e)),
+            SegmentLocation::Cold { data, .. } => self.cold_tier()?.read(data, offset, len).await,
+        }
+    }
+
+    pub fn partition_stats(&self, key: &PartitionKey) -> Result<PartitionStats> {
+        Ok(match self.partition(key)? {
+            Some(p) => {
+                let (memory_bytes, disk_bytes, cold_bytes) = p.tier_bytes();
+                PartitionStats {
+                    memory_bytes,
+                    disk_bytes,
+                    cold_bytes,
+                    received_bytes: p.received_bytes.load(Ordering::Relaxed),
+                    received_blocks: p.received_blocks.load(Ordering::Relaxed),
+                }
+            }
+            None => PartitionStats::default(),
+        })
+    }
+
+    // ---- lifecycle ------------------------------------------------------
+
+    /// Flushes every block of a partition and refuses further appends (a
+    /// Celeborn commit). Idempotent. Returns the partition's figures.
+    pub async fn seal(self: &Arc<Self>, key: &PartitionKey) -> Result<PartitionStats> {
+        let p = self.partition_or_create(key)?;
+        {
+            let _buf = p.buffer.lock();
+            p.sealed.store(true, Ordering::Release);
+        }
+        self.flush_fully(&p).await?;
+        self.partition_stats(key)
+    }
+
+    pub fn is_sealed(&self, key: &PartitionKey) -> Result<bool> {
+        Ok(self
+            .partition(key)?
+            .map(|p| p.sealed.load(Ordering::Acquire))
+            .unwrap_or(false))
+    }
+
+    /// Flushes every block of a shuffle and waits until it is durable
+    /// (Uniffle's finishShuffle).
+    pub async fn flush_shuffle(self: &Arc<Self>, app: &str, shuffle: i32) -> Result<()> {
+        let app = self.app(app)?;
+        let partitions: Vec<Arc<Partition>> = match app.shuffles.get(&shuffle) {
+            Some(s) => s.partitions.iter().map(|p| p.clone()).collect(),
+            None => return Ok(()),
+        };
+        for p in partitions {
+            self.flush_fully(&p).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes a shuffle: its memory at once, its files and objects before
+    /// this returns.
+    pub async fn remove_shuffle(&self, app: &str, shuffle: i32) -> Result<()> {
+        let Some(a) = self.apps.get(app).map(|a| a.clone()) else {
+            return Ok(());
+        };
+        if let Some((_, s)) = a.shuffles.remove(&shuffle) {
+            self.purge_shuffle(&a.id, shuffle, &s).await;
+        }
+        Ok(())
+    }
+
+    /// Removes an application and everything it stored.
+    pub async fn remove_app(&self, app: &str) -> Result<()> {
+        let Some((_, a)) = self.apps.remove(app) else {
+            return Ok(());
+        };
+        tracing::info!(app, "removing application");
+        let shuffles: Vec<(i32, Arc<Shuffle>)> =
+            a.shuffles.iter().map(|s| (*s.key(), s.clone())).collect();
+        a.shuffles.clear();
+        for (id, s) in shuffles {
+            self.purge_shuffle(&a.id, id, &s).await;
+        }
+        let component = path_component(&a.id);
+        for d in &self.disks {
+            remove_dir(d.dir.join(&component));
+        }
+        if let Some(cold) = &self.cold {
+            if let Err(e) = cold.delete_prefix(&component).await {
+                tracing::warn!(app, error = %e, "cold cleanup failed");
+            }
+        }
+        Ok(())
+    }
+
+    async fn purge_shuffle(&self, app: &AppId, shuffle: i32, s: &Shuffle) {
+        let partitions: Vec<Arc<Partition>> = s.partitions.iter().map(|p| p.clone()).collect();
+        for p in &partitions {
+            let staged = {
+                let mut buf = p.buffer.lock();
+                p.removed.store(true, Ordering::Release);
+                buf.clear_staging()
+            };
+            self.budget.release(staged);
+        }
+        for p in &partitions {
+            // Wait for a running flush; it sees `removed` and stops.
+            let _guard = p.persist.lock().await;
+            let segments: Vec<Arc<Segment>> = std::mem::take(&mut *p.segments.write());
+            for seg in segments {
+                let len = seg.len();
+                match &seg.location {
+                    SegmentLocation::Disk { disk, .. } => {
+                        self.disks[*disk]
+                            .stored_bytes
+                            .fetch_sub(len, Ordering::Relaxed);
+                    }
+                    SegmentLocation::Cold { data, index } => {
+                        if let Some(cold) = &self.cold {
+                            cold.stored_bytes.fetch_sub(len, Ordering::Relaxed);
+                            for path in [data, index] {
+                                if let Err(e) = cold.delete(path).await {
+                                    tracing::warn!(path, error = %e, "cold delete failed");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let rel = shuffle_rel(app, shuffle);
+        for d in &self.disks {
+            remove_dir(d.dir.join(&rel));
+        }
+        if let Some(cold) = &self.cold {
+            if let Err(e) = cold.delete_prefix(&rel.to_string_lossy()).await {
+                tracing::warn!(%app, shuffle, error = %e, "cold cleanup failed");
+            }
+        }
+        tracing::debug!(%app, shuffle, "shuffle removed");
+    }
+
+    /// Removes applications whose last heartbeat or request is older than the
+    /// configured expiry. Returns the ids removed.
+    pub async fn expire_apps(&self) -> Vec<String> {
+        let expiry = self.config.apps.expiry.as_millis() as u64;
+        let now = self.now_ms();
+        let stale: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|a| now.saturating_sub(a.last_seen_ms.load(Ordering::Relaxed)) > expiry)
+            .map(|a| a.key().to_string())
+            .collect();
+        for app in &stale {
+            tracing::warn!(app, "application expired: no heartbeat");
+            let _ = self.remove_app(app).await;
+        }
+        stale
+    }
+
+    /// Lists the cold tier's objects below an application (tests, checks).
+    pub async fn cold_objects(&self, app: &str) -> Result<Vec<String>> {
+        self.cold_tier()?.list(&path_component(app)).await
+    }
+
+    /// Flushes everything buffered, waits for it, and stops background work.
+    /// Appends are refused from the moment this starts.
+    pub async fn shutdown(self: &Arc<Self>) {
+        self.shutting_down.store(true, Ordering::Release);
+        let started = Instant::now();
+        let partitions = self.all_partitions();
+        tracing::info!(partitions = partitions.len(), buffered = self.budget.used(), "flushing before shutdown");
+        for p in partitions {
+            if let Err(e) = self.flush_fully(&p).await {
+                tracing::error!(partition = %p.key, error = %e, "flush at shutdown failed");
+            }
+        }
+        self.cancel.cancel();
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
+        tracing::info!(elapsed = ?started.elapsed(), "store shut down");
+    }
+
+    pub(crate) fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        let mut out = Vec::new();
+        for a in self.apps.iter() {
+            for s in a.shuffles.iter() {
+                out.extend(s.partitions.iter().map(|p| p.clone()));
+            }
+        }
+        out
+    }
+
+    pub(crate) fn next_segment_uid(&self) -> u64 {
+        self.next_segment.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+pub(crate) fn shuffle_rel(app: &str, shuffle: i32) -> PathBuf {
+    PathBuf::from(path_component(app)).join(shuffle.to_string())
+}
+
+fn remove_dir(path: PathBuf) {
+    match std::fs::remove_dir_all(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cleanup failed"),
+    }
+}
+
+pub(crate) fn concat(mut pieces: Vec<Bytes>) -> Bytes {
+    match pieces.len() {
+        0 => Bytes::new(),
+        1 => pieces.pop().unwrap(),
+        _ => {
+            let mut out = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+            for p in pieces {
+                out.extend_from_slice(&p);
+            }
+            out.freeze()
+        }
+    }
+}
+
+/// Errors from the cache loader are shared; rebuild an owned one.
+fn clone_error(e: &StorageError) -> StorageError {
+    match e {
+        StorageError::Io { path, source } => StorageError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        other => StorageError::ReadFailed(other.to_string()),
+    }
+}

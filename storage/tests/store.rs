@@ -1,0 +1,328 @@
+//! Behaviour of the block API across tiers.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use switchyard_storage::{PartitionKey, Store, StorageError};
+
+#[tokio::test]
+async fn appended_blocks_are_readable_from_memory_then_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 64 << 20)).await.unwrap();
+    store.register_app("app-1");
+    let key = PartitionKey::new("app-1", 0, 3);
+    let blocks: Vec<_> = (0..10).map(|i| block(i, i % 2, 100 + i as usize)).collect();
+    store.append(&key, blocks.clone(), None).await.unwrap();
+
+    // Readable from memory at once, paged by last block id.
+    let first = store.read_memory(&key, None, 250, &|_| true).unwrap();
+    assert_eq!(first.blocks.len(), 3, "stops once 250 bytes are collected");
+    let last = first.blocks.last().unwrap().meta.block_id;
+    let rest = store.read_memory(&key, Some(last), u64::MAX, &|_| true).unwrap();
+    assert_eq!(rest.blocks.len(), 7);
+    assert!(store.read_index(&key).await.unwrap().index.is_empty());
+
+    store.flush_shuffle("app-1", 0).await.unwrap();
+    assert!(store.read_memory(&key, None, u64::MAX, &|_| true).unwrap().blocks.is_empty());
+    let index = store.read_index(&key).await.unwrap();
+    assert_eq!(index.index.len(), 10 * 40);
+    assert_same(&read_all(&store, &key).await, &blocks);
+    let stats = store.partition_stats(&key).unwrap();
+    assert_eq!(stats.memory_bytes, 0);
+    assert_eq!(stats.disk_bytes, blocks.iter().map(|b| b.len()).sum::<u64>());
+    assert_eq!(store.budget().used(), 0, "flushed memory is released");
+}
+
+#[tokio::test]
+async fn unknown_app_is_refused_and_unknown_partition_reads_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    let key = PartitionKey::new("nope", 0, 0);
+    let err = store.append(&key, vec![block(1, 0, 10)], None).await.unwrap_err();
+    assert!(matches!(err, StorageError::UnknownApp(_)));
+    store.register_app("nope");
+    assert!(store.read_index(&key).await.unwrap().index.is_empty());
+    assert!(store.read_memory(&key, None, 100, &|_| true).unwrap().blocks.is_empty());
+    assert!(matches!(
+        store.read_data(&key, 0, 10).await,
+        Err(StorageError::UnknownPartition(_))
+    ));
+}
+
+#[tokio::test]
+async fn reads_past_persisted_data_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    store.append(&key, vec![block(1, 0, 10)], None).await.unwrap();
+    store.flush_shuffle("a", 0).await.unwrap();
+    assert!(matches!(
+        store.read_data(&key, 5, 10).await,
+        Err(StorageError::OutOfRange { size: 10, .. })
+    ));
+    assert!(matches!(
+        store.read_data(&key, u64::MAX, 2).await,
+        Err(StorageError::OutOfRange { .. })
+    ));
+}
+
+#[tokio::test]
+async fn memory_budget_pushes_back_and_never_grows_past_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 1, 10_000);
+    // No disk writes may free memory in this test: rate-limit the disk to
+    // nearly nothing and keep flushes from being triggered by size.
+    c.memory.single_buffer_threshold = bytesize::ByteSize::b(1 << 40);
+    c.memory.high_watermark = 1.0;
+    c.memory.low_watermark = 0.9;
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    let mut accepted = 0;
+    let mut refused = 0;
+    for i in 0..100 {
+        match store.append(&key, vec![block(i, 0, 468)], None).await {
+            Ok(()) => accepted += 1,
+            Err(e) => {
+                assert!(e.is_backpressure(), "{e}");
+                refused += 1;
+            }
+        }
+        assert!(store.budget().used() <= 10_000);
+    }
+    assert_eq!(accepted, 20, "20 blocks of 468 + 32 bytes fill 10 000 bytes");
+    assert_eq!(refused, 80);
+    assert!(matches!(
+        store.append(&key, vec![block(999, 0, 20_000)], None).await,
+        Err(StorageError::TooLarge { .. })
+    ));
+    // Reservations share the same budget.
+    assert!(store.reserve(1).unwrap_err().is_backpressure());
+    store.flush_shuffle("a", 0).await.unwrap();
+    let mut r = store.reserve(5_000).unwrap();
+    store
+        .append(&key, vec![block(500, 0, 968)], Some(&mut r))
+        .await
+        .unwrap();
+    assert_eq!(store.budget().used(), 5_000, "reserved room covers the block");
+    drop(r);
+    assert_eq!(store.budget().used(), 1_000);
+}
+
+#[tokio::test]
+async fn watermark_spill_flushes_largest_partitions_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 1, 100_000);
+    c.memory.single_buffer_threshold = bytesize::ByteSize::b(1 << 40);
+    c.memory.high_watermark = 0.5;
+    c.memory.low_watermark = 0.3;
+    // Keep the timer from spilling between our appends.
+    c.memory.spill_check_interval = Duration::from_secs(3600);
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let big = PartitionKey::new("a", 0, 0);
+    let small = PartitionKey::new("a", 0, 1);
+    store.append(&small, vec![block(1, 0, 5_000)], None).await.unwrap();
+    for i in 0..9 {
+        store.append(&big, vec![block(10 + i, 0, 5_000)], None).await.unwrap();
+    }
+    // 10 blocks of ~5 KB = 50 % + overhead: past the high watermark.
+    wait_until("big partition spilled", || {
+        store.partition_stats(&big).unwrap().disk_bytes == 45_000
+    })
+    .await;
+    assert_eq!(store.partition_stats(&small).unwrap().disk_bytes, 0, "small one stays");
+    assert_eq!(store.partition_stats(&small).unwrap().memory_bytes, 5_000);
+}
+
+#[tokio::test]
+async fn single_buffer_threshold_spills_one_partition_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 2, 1 << 30);
+    c.memory.single_buffer_threshold = bytesize::ByteSize::b(10_000);
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 1, 1);
+    let blocks: Vec<_> = (0..5).map(|i| block(i, 0, 2_500)).collect();
+    store.append(&key, blocks[..3].to_vec(), None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(store.partition_stats(&key).unwrap().disk_bytes, 0);
+    store.append(&key, blocks[3..].to_vec(), None).await.unwrap();
+    wait_until("threshold spill", || {
+        store.partition_stats(&key).unwrap().disk_bytes == 12_500
+    })
+    .await;
+    assert_same(&read_all(&store, &key).await, &blocks);
+}
+
+#[tokio::test]
+async fn sealed_partitions_refuse_appends_and_keep_their_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0).with_epoch(2);
+    store.append(&key, vec![block(1, 0, 100)], None).await.unwrap();
+    let stats = store.seal(&key).await.unwrap();
+    assert_eq!(stats.disk_bytes, 100);
+    assert_eq!(stats.memory_bytes, 0);
+    assert!(store.is_sealed(&key).unwrap());
+    assert!(matches!(
+        store.append(&key, vec![block(2, 0, 100)], None).await,
+        Err(StorageError::Sealed(_))
+    ));
+    store.seal(&key).await.unwrap();
+    // Another epoch of the same partition is a separate location.
+    let next = PartitionKey::new("a", 0, 0).with_epoch(3);
+    store.append(&next, vec![block(3, 0, 10)], None).await.unwrap();
+}
+
+#[tokio::test]
+async fn views_chunk_on_block_boundaries_and_sort_map_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    // Maps interleaved as pushes arrive: 2, 0, 1, 0, 2, 1 ...
+    let blocks: Vec<_> = (0..30).map(|i| block(i, [2, 0, 1][i as usize % 3], 100)).collect();
+    store.append(&key, blocks[..10].to_vec(), None).await.unwrap();
+    store.flush_shuffle("a", 0).await.unwrap();
+    store.append(&key, blocks[10..].to_vec(), None).await.unwrap();
+    store.seal(&key).await.unwrap();
+
+    let view = store.open_view(&key, None, 250).await.unwrap();
+    assert_eq!(view.blocks, 30);
+    assert_eq!(view.chunks.len(), 10, "each chunk closes after 3 blocks of 100 bytes");
+    let offsets = view.chunk_offsets().unwrap();
+    assert_eq!(offsets.first(), Some(&0));
+    assert_eq!(offsets.last(), Some(&3000));
+    let mut all = Vec::new();
+    for i in 0..view.chunks.len() {
+        all.extend_from_slice(&store.read_chunk(&view, i).await.unwrap());
+    }
+    let expected: Vec<u8> = blocks.iter().flat_map(|b| b.data.to_vec()).collect();
+    assert_eq!(all, expected);
+    assert!(matches!(
+        store.read_chunk(&view, 10).await,
+        Err(StorageError::NoSuchChunk { .. })
+    ));
+
+    // Maps [0, 2): only maps 0 and 1, map 0 first, arrival order within a map.
+    let view = store.open_view(&key, Some(0..2), 1 << 20).await.unwrap();
+    assert_eq!(view.blocks, 20);
+    assert!(view.chunk_offsets().is_none());
+    let data = store.read_chunk(&view, 0).await.unwrap();
+    let expected: Vec<u8> = blocks
+        .iter()
+        .filter(|b| b.meta.map_id == 0)
+        .chain(blocks.iter().filter(|b| b.meta.map_id == 1))
+        .flat_map(|b| b.data.to_vec())
+        .collect();
+    assert_eq!(data.to_vec(), expected);
+}
+
+#[tokio::test]
+async fn removing_shuffles_and_apps_deletes_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = with_cold(config(dir.path(), 2, 1 << 20), dir.path(), 1 << 40);
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    for s in 0..2 {
+        for p in 0..4 {
+            let key = PartitionKey::new("a", s, p);
+            store.append(&key, vec![block(p as i64, 0, 1000)], None).await.unwrap();
+        }
+        store.flush_shuffle("a", s).await.unwrap();
+    }
+    let count_files = || {
+        walk(&dir.path().join("disk0")) + walk(&dir.path().join("disk1"))
+    };
+    assert_eq!(count_files(), 16, "8 partitions, data + index each");
+    store.remove_shuffle("a", 0).await.unwrap();
+    assert_eq!(count_files(), 8);
+    assert_eq!(store.tier_bytes().disk, 4000);
+    store.remove_app("a").await.unwrap();
+    assert_eq!(count_files(), 0);
+    assert_eq!(store.tier_bytes().disk, 0);
+    assert!(!store.has_app("a"));
+    assert_eq!(store.budget().used(), 0);
+}
+
+#[tokio::test]
+async fn applications_without_heartbeats_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 1, 1 << 20);
+    c.apps.expiry = Duration::from_millis(300);
+    c.apps.expiry_check_interval = Duration::from_millis(50);
+    let store = Store::open(c).await.unwrap();
+    store.register_app("quiet");
+    store.register_app("alive");
+    let key = PartitionKey::new("quiet", 0, 0);
+    store.append(&key, vec![block(1, 0, 1000)], None).await.unwrap();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(store.heartbeat("alive"));
+    }
+    assert!(!store.has_app("quiet"), "expired after 300 ms without touch");
+    assert!(store.has_app("alive"));
+    assert_eq!(store.budget().used(), 0, "its memory was released");
+    assert!(!store.heartbeat("quiet"));
+}
+
+#[tokio::test]
+async fn shutdown_flushes_buffered_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    store.append(&key, vec![block(1, 0, 1000)], None).await.unwrap();
+    store.shutdown().await;
+    assert_eq!(store.partition_stats(&key).unwrap().disk_bytes, 1000);
+    assert!(!store.is_ready());
+    assert!(matches!(
+        store.append(&key, vec![block(2, 0, 10)], None).await,
+        Err(StorageError::ShuttingDown)
+    ));
+}
+
+#[tokio::test]
+async fn status_reports_tiers_disks_and_apps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 2, 1 << 20)).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    store.append(&key, vec![block(1, 0, 1000)], None).await.unwrap();
+    let s = store.status();
+    assert!(s.ready);
+    assert_eq!(s.disks.len(), 2);
+    assert_eq!(s.tiers.memory, 1000);
+    assert_eq!(s.applications[0].id, "a");
+    assert_eq!(s.applications[0].partitions, 1);
+    let json = serde_json_like(&s);
+    assert!(json.contains("\"healthy\""));
+}
+
+fn serde_json_like(s: &switchyard_storage::StoreStatus) -> String {
+    format!("{:?}", s.disks.iter().map(|d| d.health).collect::<Vec<_>>())
+        .to_lowercase()
+        .replace("healthy", "\"healthy\"")
+}
+
+fn walk(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() { walk(&p) } else { 1 }
+        })
+        .sum()
+}
+
+#[allow(dead_code)]
+fn _assert_send(s: Arc<Store>) -> impl Send {
+    s
+}
