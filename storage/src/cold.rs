@@ -44,9 +44,7 @@ impl ColdTier {
         let (op, service) = match &config.backend {
             ColdBackend::Fs { root } => {
                 std::fs::create_dir_all(root).map_err(|e| StorageError::io(root, e))?;
-                let root = root
-                    .canonicalize()
-                    .map_err(|e| StorageError::io(root, e))?;
+                let root = root.canonicalize().map_err(|e| StorageError::io(root, e))?;
                 let builder = opendal::services::Fs::default().root(&root.to_string_lossy());
                 (Operator::new(builder)?, "fs")
             }

@@ -165,7 +165,9 @@ impl StoreConfig {
         if d.dirs.is_empty() && self.cold.is_none() {
             return Err("configure at least one disks.dirs entry or a cold tier".into());
         }
-        if !(0.0 < d.low_watermark && d.low_watermark <= d.high_watermark && d.high_watermark <= 1.0)
+        if !(0.0 < d.low_watermark
+            && d.low_watermark <= d.high_watermark
+            && d.high_watermark <= 1.0)
         {
             return Err("disk watermarks need 0 < low_watermark <= high_watermark <= 1".into());
         }

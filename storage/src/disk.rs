@@ -105,7 +105,9 @@ impl LocalDisk {
             write_throttle: config
                 .write_rate_limit
                 .map(|r| ByteThrottle::new(r.as_u64())),
-            read_throttle: config.read_rate_limit.map(|r| ByteThrottle::new(r.as_u64())),
+            read_throttle: config
+                .read_rate_limit
+                .map(|r| ByteThrottle::new(r.as_u64())),
             faults,
             config: config.clone(),
         };
@@ -125,8 +127,12 @@ impl LocalDisk {
         let prev = DiskHealth::from_u8(self.health.swap(h.as_u8(), Ordering::AcqRel));
         if prev != h {
             match h {
-                DiskHealth::Healthy => tracing::info!(dir = %self.dir.display(), from = ?prev, "disk takes writes again"),
-                _ => tracing::warn!(dir = %self.dir.display(), state = ?h, "disk takes no new writes"),
+                DiskHealth::Healthy => {
+                    tracing::info!(dir = %self.dir.display(), from = ?prev, "disk takes writes again")
+                }
+                _ => {
+                    tracing::warn!(dir = %self.dir.display(), state = ?h, "disk takes no new writes")
+                }
             }
         }
     }
@@ -349,9 +355,17 @@ fn pwrite_all(file: &File, slices: &[&[u8]], mut offset: u64) -> io::Result<()> 
     let mut start = 0;
     while start < pending.len() {
         let end = (start + MAX_IOV).min(pending.len());
-        let iov: Vec<IoSlice<'_>> = pending[start..end].iter().map(|s| IoSlice::new(s)).collect();
+        let iov: Vec<IoSlice<'_>> = pending[start..end]
+            .iter()
+            .map(|s| IoSlice::new(s))
+            .collect();
         let written = match nix::sys::uio::pwritev(file, &iov, offset as i64) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev wrote nothing",
+                ))
+            }
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(io::Error::from(e)),
@@ -380,8 +394,16 @@ mod tests {
     fn pwrite_all_writes_slices_contiguously() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).unwrap();
-        let many: Vec<Vec<u8>> = (0..2000u32).map(|i| vec![(i % 251) as u8; (i % 7) as usize]).collect();
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let many: Vec<Vec<u8>> = (0..2000u32)
+            .map(|i| vec![(i % 251) as u8; (i % 7) as usize])
+            .collect();
         let slices: Vec<&[u8]> = many.iter().map(|v| &v[..]).collect();
         pwrite_all(&file, &slices, 3).unwrap();
         let expected: Vec<u8> = many.concat();

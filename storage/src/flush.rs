@@ -200,7 +200,10 @@ impl Store {
                     data: dir.join(format!("{stem}.data")),
                     index: dir.join(format!("{stem}.index")),
                 };
-                (Arc::new(Segment::new(uid, location, p.persisted_len())), true)
+                (
+                    Arc::new(Segment::new(uid, location, p.persisted_len())),
+                    true,
+                )
             }
             Target::Cold => {
                 let cold = self.cold_tier()?;
@@ -211,7 +214,10 @@ impl Store {
                     data: cold.path(&format!("{stem}.data")),
                     index: cold.path(&format!("{stem}.index")),
                 };
-                (Arc::new(Segment::new(uid, location, p.persisted_len())), true)
+                (
+                    Arc::new(Segment::new(uid, location, p.persisted_len())),
+                    true,
+                )
             }
         };
         let extent = segment.extent();
@@ -223,7 +229,11 @@ impl Store {
         }
         let index = index.freeze();
         match &segment.location {
-            SegmentLocation::Disk { disk, data, index: index_path } => {
+            SegmentLocation::Disk {
+                disk,
+                data,
+                index: index_path,
+            } => {
                 let d = &self.disks[*disk];
                 if let Err(e) = d
                     .write(
@@ -243,7 +253,10 @@ impl Store {
                 }
                 d.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
-            SegmentLocation::Cold { data, index: index_path } => {
+            SegmentLocation::Cold {
+                data,
+                index: index_path,
+            } => {
                 let cold = self.cold_tier()?;
                 cold.write_segment(data, index_path, blocks.clone(), index)
                     .await?;

@@ -118,6 +118,9 @@ mod tests {
     fn file_stem_distinguishes_epoch_and_replica() {
         let k = PartitionKey::new("a", 1, 7);
         assert_eq!(k.file_stem(), "7-0-p");
-        assert_eq!(k.clone().with_epoch(3).with_replica(true).file_stem(), "7-3-r");
+        assert_eq!(
+            k.clone().with_epoch(3).with_replica(true).file_stem(),
+            "7-3-r"
+        );
     }
 }

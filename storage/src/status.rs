@@ -152,10 +152,16 @@ impl Store {
         for d in &self.disks {
             let s = d.status();
             let dir = s.dir.display().to_string();
-            metrics::gauge!("switchyard_disk_healthy", "dir" => dir.clone())
-                .set(if s.health == crate::disk::DiskHealth::Healthy { 1.0 } else { 0.0 });
+            metrics::gauge!("switchyard_disk_healthy", "dir" => dir.clone()).set(
+                if s.health == crate::disk::DiskHealth::Healthy {
+                    1.0
+                } else {
+                    0.0
+                },
+            );
             metrics::gauge!("switchyard_disk_used_ratio", "dir" => dir.clone()).set(s.used_ratio);
-            metrics::gauge!("switchyard_disk_stored_bytes", "dir" => dir).set(s.stored_bytes as f64);
+            metrics::gauge!("switchyard_disk_stored_bytes", "dir" => dir)
+                .set(s.stored_bytes as f64);
         }
         metrics::gauge!("switchyard_applications").set(self.apps.len() as f64);
     }

@@ -89,7 +89,11 @@ impl Store {
             .max_capacity(config.memory.index_cache.as_u64())
             .build();
         let flush_slots = config.disks.dirs.len() * config.disks.write_concurrency
-            + config.cold.as_ref().map(|c| c.write_concurrency).unwrap_or(0);
+            + config
+                .cold
+                .as_ref()
+                .map(|c| c.write_concurrency)
+                .unwrap_or(0);
         // Segment uids only need to be unique within this process's lifetime
         // and its files; start from the clock so a restart does not reuse them.
         let uid_start = std::time::SystemTime::now()
@@ -274,7 +278,9 @@ impl Store {
             buf.staging_charge()
         };
         partition.received_bytes.fetch_add(bytes, Ordering::Relaxed);
-        partition.received_blocks.fetch_add(count, Ordering::Relaxed);
+        partition
+            .received_blocks
+            .fetch_add(count, Ordering::Relaxed);
         self.counters
             .appended_bytes
             .fetch_add(bytes, Ordering::Relaxed);
@@ -351,9 +357,7 @@ impl Store {
                     .read(index.clone(), 0, len)
                     .await
                     .map_err(|e| StorageError::io(index, e)),
-                SegmentLocation::Cold { index, .. } => {
-                    self.cold_tier()?.read(index, 0, len).await
-                }
+                SegmentLocation::Cold { index, .. } => self.cold_tier()?.read(index, 0, len).await,
             }
         };
         self.index_cache
@@ -581,7 +585,11 @@ impl Store {
         self.shutting_down.store(true, Ordering::Release);
         let started = Instant::now();
         let partitions = self.all_partitions();
-        tracing::info!(partitions = partitions.len(), buffered = self.budget.used(), "flushing before shutdown");
+        tracing::info!(
+            partitions = partitions.len(),
+            buffered = self.budget.used(),
+            "flushing before shutdown"
+        );
         for p in partitions {
             if let Err(e) = self.flush_fully(&p).await {
                 tracing::error!(partition = %p.key, error = %e, "flush at shutdown failed");

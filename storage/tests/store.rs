@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use switchyard_storage::{PartitionKey, Store, StorageError};
+use switchyard_storage::{PartitionKey, StorageError, Store};
 
 #[tokio::test]
 async fn appended_blocks_are_readable_from_memory_then_disk() {
@@ -21,18 +21,27 @@ async fn appended_blocks_are_readable_from_memory_then_disk() {
     let first = store.read_memory(&key, None, 250, &|_| true).unwrap();
     assert_eq!(first.blocks.len(), 3, "stops once 250 bytes are collected");
     let last = first.blocks.last().unwrap().meta.block_id;
-    let rest = store.read_memory(&key, Some(last), u64::MAX, &|_| true).unwrap();
+    let rest = store
+        .read_memory(&key, Some(last), u64::MAX, &|_| true)
+        .unwrap();
     assert_eq!(rest.blocks.len(), 7);
     assert!(store.read_index(&key).await.unwrap().index.is_empty());
 
     store.flush_shuffle("app-1", 0).await.unwrap();
-    assert!(store.read_memory(&key, None, u64::MAX, &|_| true).unwrap().blocks.is_empty());
+    assert!(store
+        .read_memory(&key, None, u64::MAX, &|_| true)
+        .unwrap()
+        .blocks
+        .is_empty());
     let index = store.read_index(&key).await.unwrap();
     assert_eq!(index.index.len(), 10 * 40);
     assert_same(&read_all(&store, &key).await, &blocks);
     let stats = store.partition_stats(&key).unwrap();
     assert_eq!(stats.memory_bytes, 0);
-    assert_eq!(stats.disk_bytes, blocks.iter().map(|b| b.len()).sum::<u64>());
+    assert_eq!(
+        stats.disk_bytes,
+        blocks.iter().map(|b| b.len()).sum::<u64>()
+    );
     assert_eq!(store.budget().used(), 0, "flushed memory is released");
 }
 
@@ -41,11 +50,18 @@ async fn unknown_app_is_refused_and_unknown_partition_reads_empty() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
     let key = PartitionKey::new("nope", 0, 0);
-    let err = store.append(&key, vec![block(1, 0, 10)], None).await.unwrap_err();
+    let err = store
+        .append(&key, vec![block(1, 0, 10)], None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, StorageError::UnknownApp(_)));
     store.register_app("nope");
     assert!(store.read_index(&key).await.unwrap().index.is_empty());
-    assert!(store.read_memory(&key, None, 100, &|_| true).unwrap().blocks.is_empty());
+    assert!(store
+        .read_memory(&key, None, 100, &|_| true)
+        .unwrap()
+        .blocks
+        .is_empty());
     assert!(matches!(
         store.read_data(&key, 0, 10).await,
         Err(StorageError::UnknownPartition(_))
@@ -58,7 +74,10 @@ async fn reads_past_persisted_data_are_refused() {
     let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
     store.register_app("a");
     let key = PartitionKey::new("a", 0, 0);
-    store.append(&key, vec![block(1, 0, 10)], None).await.unwrap();
+    store
+        .append(&key, vec![block(1, 0, 10)], None)
+        .await
+        .unwrap();
     store.flush_shuffle("a", 0).await.unwrap();
     assert!(matches!(
         store.read_data(&key, 5, 10).await,
@@ -94,7 +113,10 @@ async fn memory_budget_pushes_back_and_never_grows_past_capacity() {
         }
         assert!(store.budget().used() <= 10_000);
     }
-    assert_eq!(accepted, 20, "20 blocks of 468 + 32 bytes fill 10 000 bytes");
+    assert_eq!(
+        accepted, 20,
+        "20 blocks of 468 + 32 bytes fill 10 000 bytes"
+    );
     assert_eq!(refused, 80);
     assert!(matches!(
         store.append(&key, vec![block(999, 0, 20_000)], None).await,
@@ -108,7 +130,11 @@ async fn memory_budget_pushes_back_and_never_grows_past_capacity() {
         .append(&key, vec![block(500, 0, 968)], Some(&mut r))
         .await
         .unwrap();
-    assert_eq!(store.budget().used(), 5_000, "reserved room covers the block");
+    assert_eq!(
+        store.budget().used(),
+        5_000,
+        "reserved room covers the block"
+    );
     drop(r);
     assert_eq!(store.budget().used(), 1_000);
 }
@@ -126,16 +152,26 @@ async fn watermark_spill_flushes_largest_partitions_first() {
     store.register_app("a");
     let big = PartitionKey::new("a", 0, 0);
     let small = PartitionKey::new("a", 0, 1);
-    store.append(&small, vec![block(1, 0, 5_000)], None).await.unwrap();
+    store
+        .append(&small, vec![block(1, 0, 5_000)], None)
+        .await
+        .unwrap();
     for i in 0..9 {
-        store.append(&big, vec![block(10 + i, 0, 5_000)], None).await.unwrap();
+        store
+            .append(&big, vec![block(10 + i, 0, 5_000)], None)
+            .await
+            .unwrap();
     }
     // 10 blocks of ~5 KB = 50 % + overhead: past the high watermark.
     wait_until("big partition spilled", || {
         store.partition_stats(&big).unwrap().disk_bytes == 45_000
     })
     .await;
-    assert_eq!(store.partition_stats(&small).unwrap().disk_bytes, 0, "small one stays");
+    assert_eq!(
+        store.partition_stats(&small).unwrap().disk_bytes,
+        0,
+        "small one stays"
+    );
     assert_eq!(store.partition_stats(&small).unwrap().memory_bytes, 5_000);
 }
 
@@ -148,10 +184,16 @@ async fn single_buffer_threshold_spills_one_partition_at_once() {
     store.register_app("a");
     let key = PartitionKey::new("a", 1, 1);
     let blocks: Vec<_> = (0..5).map(|i| block(i, 0, 2_500)).collect();
-    store.append(&key, blocks[..3].to_vec(), None).await.unwrap();
+    store
+        .append(&key, blocks[..3].to_vec(), None)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(store.partition_stats(&key).unwrap().disk_bytes, 0);
-    store.append(&key, blocks[3..].to_vec(), None).await.unwrap();
+    store
+        .append(&key, blocks[3..].to_vec(), None)
+        .await
+        .unwrap();
     wait_until("threshold spill", || {
         store.partition_stats(&key).unwrap().disk_bytes == 12_500
     })
@@ -165,7 +207,10 @@ async fn sealed_partitions_refuse_appends_and_keep_their_data() {
     let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
     store.register_app("a");
     let key = PartitionKey::new("a", 0, 0).with_epoch(2);
-    store.append(&key, vec![block(1, 0, 100)], None).await.unwrap();
+    store
+        .append(&key, vec![block(1, 0, 100)], None)
+        .await
+        .unwrap();
     let stats = store.seal(&key).await.unwrap();
     assert_eq!(stats.disk_bytes, 100);
     assert_eq!(stats.memory_bytes, 0);
@@ -177,7 +222,10 @@ async fn sealed_partitions_refuse_appends_and_keep_their_data() {
     store.seal(&key).await.unwrap();
     // Another epoch of the same partition is a separate location.
     let next = PartitionKey::new("a", 0, 0).with_epoch(3);
-    store.append(&next, vec![block(3, 0, 10)], None).await.unwrap();
+    store
+        .append(&next, vec![block(3, 0, 10)], None)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -187,15 +235,27 @@ async fn views_chunk_on_block_boundaries_and_sort_map_ranges() {
     store.register_app("a");
     let key = PartitionKey::new("a", 0, 0);
     // Maps interleaved as pushes arrive: 2, 0, 1, 0, 2, 1 ...
-    let blocks: Vec<_> = (0..30).map(|i| block(i, [2, 0, 1][i as usize % 3], 100)).collect();
-    store.append(&key, blocks[..10].to_vec(), None).await.unwrap();
+    let blocks: Vec<_> = (0..30)
+        .map(|i| block(i, [2, 0, 1][i as usize % 3], 100))
+        .collect();
+    store
+        .append(&key, blocks[..10].to_vec(), None)
+        .await
+        .unwrap();
     store.flush_shuffle("a", 0).await.unwrap();
-    store.append(&key, blocks[10..].to_vec(), None).await.unwrap();
+    store
+        .append(&key, blocks[10..].to_vec(), None)
+        .await
+        .unwrap();
     store.seal(&key).await.unwrap();
 
     let view = store.open_view(&key, None, 250).await.unwrap();
     assert_eq!(view.blocks, 30);
-    assert_eq!(view.chunks.len(), 10, "each chunk closes after 3 blocks of 100 bytes");
+    assert_eq!(
+        view.chunks.len(),
+        10,
+        "each chunk closes after 3 blocks of 100 bytes"
+    );
     let offsets = view.chunk_offsets().unwrap();
     assert_eq!(offsets.first(), Some(&0));
     assert_eq!(offsets.last(), Some(&3000));
@@ -233,13 +293,14 @@ async fn removing_shuffles_and_apps_deletes_their_files() {
     for s in 0..2 {
         for p in 0..4 {
             let key = PartitionKey::new("a", s, p);
-            store.append(&key, vec![block(p as i64, 0, 1000)], None).await.unwrap();
+            store
+                .append(&key, vec![block(p as i64, 0, 1000)], None)
+                .await
+                .unwrap();
         }
         store.flush_shuffle("a", s).await.unwrap();
     }
-    let count_files = || {
-        walk(&dir.path().join("disk0")) + walk(&dir.path().join("disk1"))
-    };
+    let count_files = || walk(&dir.path().join("disk0")) + walk(&dir.path().join("disk1"));
     assert_eq!(count_files(), 16, "8 partitions, data + index each");
     store.remove_shuffle("a", 0).await.unwrap();
     assert_eq!(count_files(), 8);
@@ -261,12 +322,18 @@ async fn applications_without_heartbeats_expire() {
     store.register_app("quiet");
     store.register_app("alive");
     let key = PartitionKey::new("quiet", 0, 0);
-    store.append(&key, vec![block(1, 0, 1000)], None).await.unwrap();
+    store
+        .append(&key, vec![block(1, 0, 1000)], None)
+        .await
+        .unwrap();
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(store.heartbeat("alive"));
     }
-    assert!(!store.has_app("quiet"), "expired after 300 ms without touch");
+    assert!(
+        !store.has_app("quiet"),
+        "expired after 300 ms without touch"
+    );
     assert!(store.has_app("alive"));
     assert_eq!(store.budget().used(), 0, "its memory was released");
     assert!(!store.heartbeat("quiet"));
@@ -278,7 +345,10 @@ async fn shutdown_flushes_buffered_blocks() {
     let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
     store.register_app("a");
     let key = PartitionKey::new("a", 0, 0);
-    store.append(&key, vec![block(1, 0, 1000)], None).await.unwrap();
+    store
+        .append(&key, vec![block(1, 0, 1000)], None)
+        .await
+        .unwrap();
     store.shutdown().await;
     assert_eq!(store.partition_stats(&key).unwrap().disk_bytes, 1000);
     assert!(!store.is_ready());
@@ -294,7 +364,10 @@ async fn status_reports_tiers_disks_and_apps() {
     let store = Store::open(config(dir.path(), 2, 1 << 20)).await.unwrap();
     store.register_app("a");
     let key = PartitionKey::new("a", 0, 0);
-    store.append(&key, vec![block(1, 0, 1000)], None).await.unwrap();
+    store
+        .append(&key, vec![block(1, 0, 1000)], None)
+        .await
+        .unwrap();
     let s = store.status();
     assert!(s.ready);
     assert_eq!(s.disks.len(), 2);
@@ -312,12 +385,18 @@ fn serde_json_like(s: &switchyard_storage::StoreStatus) -> String {
 }
 
 fn walk(dir: &std::path::Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
     entries
         .flatten()
         .map(|e| {
             let p = e.path();
-            if p.is_dir() { walk(&p) } else { 1 }
+            if p.is_dir() {
+                walk(&p)
+            } else {
+                1
+            }
         })
         .sum()
 }

@@ -70,7 +70,12 @@ pub async fn read_all(store: &Arc<Store>, key: &PartitionKey) -> Vec<Block> {
         let data = store.read_data(key, 0, index.data_len).await.unwrap();
         for r in &records {
             let bytes = data.slice(r.offset as usize..r.end() as usize);
-            assert_eq!(crc32fast::hash(&bytes) as i64, r.crc, "crc of block {}", r.block_id);
+            assert_eq!(
+                crc32fast::hash(&bytes) as i64,
+                r.crc,
+                "crc of block {}",
+                r.block_id
+            );
             if seen.insert(r.block_id) {
                 out.push(Block {
                     meta: BlockMeta {
