@@ -97,7 +97,6 @@ impl Default for DiskConfig {
 
 /// The cold tier: an OpenDAL service.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ColdConfig {
     #[serde(flatten)]
     pub backend: ColdBackend,
@@ -124,7 +123,7 @@ fn default_cold_concurrency() -> usize {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "service", rename_all = "lowercase")]
+#[serde(tag = "service", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ColdBackend {
     /// A directory, through OpenDAL's `fs` service (tests, NFS mounts).
     Fs { root: PathBuf },

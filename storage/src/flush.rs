@@ -107,7 +107,7 @@ impl Store {
             }
             let Some(target) = self.choose_target(p) else {
                 attempt += 1;
-                if attempt == 1 || attempt % 50 == 0 {
+                if attempt == 1 || attempt.is_multiple_of(50) {
                     tracing::error!(partition = %p.key, bytes, "no healthy disk or cold tier; blocks wait in memory");
                 }
                 self.retry_pause(attempt).await?;
@@ -291,7 +291,7 @@ impl Store {
             })
             .filter(|(size, _)| *size > 0)
             .collect();
-        candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        candidates.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
         for (size, p) in candidates {
             if excess == 0 {
                 break;

@@ -389,7 +389,7 @@ impl Store {
             .last()
             .map(|s| s.logical_start + s.len())
             .unwrap_or(0);
-        let end = offset.checked_add(len).unwrap_or(u64::MAX);
+        let end = offset.saturating_add(len);
         if end > size {
             return Err(StorageError::OutOfRange {
                 key: p.key.clone(),

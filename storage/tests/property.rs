@@ -31,7 +31,8 @@ impl DiskFaults for Flaky {
             .seed
             .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
         let x = (x ^ (x >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        (x % self.one_in == 0).then(|| io::Error::other("flaky disk"))
+        x.is_multiple_of(self.one_in)
+            .then(|| io::Error::other("flaky disk"))
     }
 }
 

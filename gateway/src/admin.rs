@@ -1,0 +1,78 @@
+//! Admin HTTP: health, readiness, Prometheus metrics and a JSON status page.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Serialize;
+use switchyard_storage::{Store, StoreStatus};
+
+use crate::telemetry;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Clone)]
+pub struct AdminState {
+    pub store: Arc<Store>,
+    pub metrics: PrometheusHandle,
+    pub started: Instant,
+}
+
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(render_metrics))
+        .route("/api/v1/status", get(status))
+        .with_state(state)
+}
+
+/// Liveness: the process runs and serves HTTP.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the store has at least one writable tier.
+async fn readyz(State(state): State<AdminState>) -> (StatusCode, &'static str) {
+    if state.store.is_ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no writable storage tier",
+        )
+    }
+}
+
+async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    // Fresh figures on every scrape, whatever the store's own timer does.
+    state.store.publish_gauges();
+    telemetry::update_process_metrics();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}
+
+#[derive(Serialize)]
+struct StatusBody {
+    version: &'static str,
+    uptime_seconds: u64,
+    storage: StoreStatus,
+}
+
+async fn status(State(state): State<AdminState>) -> Json<StatusBody> {
+    Json(StatusBody {
+        version: VERSION,
+        uptime_seconds: state.started.elapsed().as_secs(),
+        storage: state.store.status(),
+    })
+}

@@ -1,0 +1,5 @@
+//! `switchyard bench ...`: benchmarks that print figures and a ratio against a
+//! baseline measured in the same run.
+
+pub mod report;
+pub mod storage;

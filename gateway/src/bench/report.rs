@@ -1,0 +1,52 @@
+//! Small helpers shared by the benchmarks: rates, sizes, process figures.
+
+use std::time::Duration;
+
+pub fn gbps(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / elapsed.as_secs_f64().max(1e-9) / 1e9
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+pub fn peak_rss() -> Option<u64> {
+    proc_status_kib("VmHWM:").map(|k| k * 1024)
+}
+
+/// Current resident set size of this process (VmRSS), in bytes.
+pub fn current_rss() -> Option<u64> {
+    proc_status_kib("VmRSS:").map(|k| k * 1024)
+}
+
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Peak RSS of another process (a server under test), in bytes.
+pub fn peak_rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|k| k * 1024)
+}
+
+/// Asks the kernel to drop clean page-cache pages, so reads hit the device.
+/// Needs root; returns false where it is not allowed.
+pub fn drop_page_cache() -> bool {
+    nix::unistd::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
+}

@@ -1,0 +1,529 @@
+//! Gateway configuration: built-in defaults, then an optional TOML file, then
+//! a few `SWITCHYARD_*` environment variables. `config/switchyard.toml`
+//! documents every key with its default (a test keeps the two equal).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+use switchyard_storage::StoreConfig;
+use switchyard_uniffle::UniffleConfig;
+use tracing_subscriber::EnvFilter;
+
+/// Default admin HTTP address: loopback only, so a node started with no
+/// config exposes nothing to the network.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:19990";
+
+/// `admin.listen`
+pub const ENV_ADMIN_LISTEN: &str = "SWITCHYARD_ADMIN_LISTEN";
+/// `storage.memory.capacity`, e.g. `2GiB`
+pub const ENV_MEMORY_CAPACITY: &str = "SWITCHYARD_MEMORY_CAPACITY";
+/// `storage.disks.dirs`, comma separated
+pub const ENV_DATA_DIRS: &str = "SWITCHYARD_DATA_DIRS";
+/// `log.level` (a tracing filter); wins over `RUST_LOG`
+pub const ENV_LOG: &str = "SWITCHYARD_LOG";
+/// `log.level` when `SWITCHYARD_LOG` is not set
+pub const ENV_RUST_LOG: &str = "RUST_LOG";
+/// `log.format`: `text` or `json`
+pub const ENV_LOG_FORMAT: &str = "SWITCHYARD_LOG_FORMAT";
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    pub admin: AdminConfig,
+    pub log: LogConfig,
+    pub storage: StoreConfig,
+    /// The Uniffle coordinator and shuffle-server roles.
+    pub uniffle: UniffleConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin HTTP server (health, readiness, metrics, status).
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter: a level (`info`) or directives
+    /// (`info,switchyard_storage=debug`).
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl GatewayConfig {
+    /// Defaults, then `path` if given, then the process environment; validated.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        Self::load_with_env(path, |name| std::env::var(name).ok())
+    }
+
+    /// As [`GatewayConfig::load`], reading variables through `env`.
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let mut config = match path {
+            Some(path) => Self::from_file(path)?,
+            None => Self::default(),
+        };
+        config.apply_env(env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        Self::from_toml(&text).with_context(|| format!("invalid config file {}", path.display()))
+    }
+
+    /// Parses TOML; keys left out keep their defaults, unknown keys are errors.
+    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+        // toml's error message carries the line, column and offending key.
+        Ok(toml::from_str(text)?)
+    }
+
+    /// Applies the `SWITCHYARD_*` overrides (and `RUST_LOG`). Variables that
+    /// are unset or empty are ignored.
+    pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+        let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+
+        if let Some(v) = get(ENV_ADMIN_LISTEN) {
+            self.admin.listen = v.trim().parse().with_context(|| {
+                format!("{ENV_ADMIN_LISTEN}={v:?} is not a socket address such as 127.0.0.1:19990")
+            })?;
+        }
+        if let Some(v) = get(ENV_MEMORY_CAPACITY) {
+            self.storage.memory.capacity = parse_size(ENV_MEMORY_CAPACITY, &v)?;
+        }
+        if let Some(v) = get(ENV_DATA_DIRS) {
+            self.storage.disks.dirs = v
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .collect();
+        }
+        if let Some(v) = get(ENV_LOG).or_else(|| get(ENV_RUST_LOG)) {
+            self.log.level = v.trim().to_string();
+        }
+        if let Some(v) = get(ENV_LOG_FORMAT) {
+            self.log.format = match v.trim().to_ascii_lowercase().as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                _ => bail!("{ENV_LOG_FORMAT}={v:?}: expected \"text\" or \"json\""),
+            };
+        }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        EnvFilter::try_new(&self.log.level).map_err(|e| {
+            anyhow::anyhow!(
+                "log.level {:?} (config file, SWITCHYARD_LOG or RUST_LOG) is not a valid filter: {e}",
+                self.log.level
+            )
+        })?;
+        self.storage
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid [storage] configuration: {e}"))?;
+        Ok(())
+    }
+}
+
+fn parse_size(var: &str, value: &str) -> anyhow::Result<ByteSize> {
+    value
+        .trim()
+        .parse::<ByteSize>()
+        .map_err(|e| anyhow::anyhow!("{var}={value:?} is not a size such as \"2GiB\": {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The documented config file, shipped with the repository.
+    const DOC: &str = include_str!("../../config/switchyard.toml");
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    /// `StoreConfig` has no `PartialEq`; `Debug` shows every field exactly
+    /// (sizes in bytes, durations in nanoseconds).
+    fn same(a: &GatewayConfig, b: &GatewayConfig) -> bool {
+        format!("{a:#?}") == format!("{b:#?}")
+    }
+
+    #[test]
+    fn defaults() {
+        let c = GatewayConfig::load_with_env(None, no_env).unwrap();
+        assert_eq!(c.admin.listen, "127.0.0.1:19990".parse().unwrap());
+        assert_eq!(c.log.level, "info");
+        assert_eq!(c.log.format, LogFormat::Text);
+        assert_eq!(c.storage.memory.capacity, ByteSize::gib(1));
+        assert_eq!(c.storage.disks.dirs, vec![PathBuf::from("data/switchyard")]);
+        assert!(c.storage.cold.is_none());
+        assert!(same(&c, &GatewayConfig::default()));
+    }
+
+    #[test]
+    fn empty_file_is_defaults() {
+        let c = GatewayConfig::from_toml("").unwrap();
+        assert!(same(&c, &GatewayConfig::default()));
+    }
+
+    #[test]
+    fn full_file() {
+        let c = GatewayConfig::from_toml(
+            r#"
+            [admin]
+            listen = "0.0.0.0:8080"
+
+            [log]
+            level = "debug,switchyard_storage=trace"
+            format = "json"
+
+            [storage.memory]
+            capacity = "2 GiB"
+            high_watermark = 0.8
+            low_watermark = 0.3
+            single_buffer_threshold = "32MiB"
+            spill_check_interval = "1s"
+            index_cache = "128 MiB"
+
+            [storage.disks]
+            dirs = ["/mnt/d1/sy", "/mnt/d2/sy"]
+            write_concurrency = 4
+            read_concurrency = 16
+            write_rate_limit = "100 MiB"
+            read_rate_limit = "200 MiB"
+            high_watermark = 0.9
+            low_watermark = 0.8
+            error_cooldown = "1m"
+            health_check_interval = "10s"
+            sync = true
+
+            [storage.cold]
+            service = "fs"
+            root = "/mnt/cold"
+            prefix = "rss"
+            huge_partition_threshold = "10 GiB"
+            write_concurrency = 8
+
+            [storage.apps]
+            expiry = "2m"
+            expiry_check_interval = "15s"
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.admin.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(c.log.level, "debug,switchyard_storage=trace");
+        assert_eq!(c.log.format, LogFormat::Json);
+        let m = &c.storage.memory;
+        assert_eq!(m.capacity, ByteSize::gib(2));
+        assert_eq!(m.high_watermark, 0.8);
+        assert_eq!(m.low_watermark, 0.3);
+        assert_eq!(m.single_buffer_threshold, ByteSize::mib(32));
+        assert_eq!(m.spill_check_interval, Duration::from_secs(1));
+        assert_eq!(m.index_cache, ByteSize::mib(128));
+        let d = &c.storage.disks;
+        assert_eq!(
+            d.dirs,
+            vec![PathBuf::from("/mnt/d1/sy"), PathBuf::from("/mnt/d2/sy")]
+        );
+        assert_eq!(d.write_concurrency, 4);
+        assert_eq!(d.read_concurrency, 16);
+        assert_eq!(d.write_rate_limit, Some(ByteSize::mib(100)));
+        assert_eq!(d.read_rate_limit, Some(ByteSize::mib(200)));
+        assert_eq!(d.high_watermark, 0.9);
+        assert_eq!(d.low_watermark, 0.8);
+        assert_eq!(d.error_cooldown, Duration::from_secs(60));
+        assert_eq!(d.health_check_interval, Duration::from_secs(10));
+        assert!(d.sync);
+        let cold = c.storage.cold.as_ref().expect("cold tier");
+        assert_eq!(
+            serde_json::to_value(&cold.backend).unwrap(),
+            serde_json::json!({"service": "fs", "root": "/mnt/cold"})
+        );
+        assert_eq!(cold.prefix, "rss");
+        assert_eq!(cold.huge_partition_threshold, ByteSize::gib(10));
+        assert_eq!(cold.write_concurrency, 8);
+        assert_eq!(c.storage.apps.expiry, Duration::from_secs(120));
+        assert_eq!(
+            c.storage.apps.expiry_check_interval,
+            Duration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn partial_file_keeps_other_defaults() {
+        let c = GatewayConfig::from_toml("[storage.memory]\ncapacity = \"3GiB\"\n").unwrap();
+        assert_eq!(c.storage.memory.capacity, ByteSize::gib(3));
+        let mut expected = GatewayConfig::default();
+        expected.storage.memory.capacity = ByteSize::gib(3);
+        assert!(same(&c, &expected));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        for bad in [
+            "bogus = 1",
+            "[admin]\nlisten = \"127.0.0.1:1\"\nport = 2",
+            "[log]\nlevl = \"info\"",
+            "[storage.memory]\ncapacty = \"1GiB\"",
+            "[storage.disks]\ndir = [\"x\"]",
+            "[storage.apps]\nexpire = \"1s\"",
+            "[storage.bogus]\nx = 1",
+            "[storage.cold]\nservice = \"fs\"\nroot = \"/x\"\nprefx = \"a\"",
+        ] {
+            let err = format!("{:#}", GatewayConfig::from_toml(bad).unwrap_err());
+            assert!(err.contains("unknown field"), "{bad:?} gave {err}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(GatewayConfig::from_toml("[log]\nformat = \"xml\"").is_err());
+        assert!(GatewayConfig::from_toml("[admin]\nlisten = \"nowhere\"").is_err());
+        assert!(GatewayConfig::from_toml("[storage.memory]\ncapacity = \"lots\"").is_err());
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.toml");
+        let err = format!(
+            "{:#}",
+            GatewayConfig::load_with_env(Some(&missing), no_env).unwrap_err()
+        );
+        assert!(err.contains("missing.toml"), "{err}");
+
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "[storage.memory]\ncapacty = \"1GiB\"\n").unwrap();
+        let err = format!(
+            "{:#}",
+            GatewayConfig::load_with_env(Some(&bad), no_env).unwrap_err()
+        );
+        assert!(err.contains("bad.toml") && err.contains("capacty"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides() {
+        let env = env_of(&[
+            (ENV_ADMIN_LISTEN, "0.0.0.0:9000"),
+            (ENV_MEMORY_CAPACITY, "2GiB"),
+            (ENV_DATA_DIRS, "/mnt/a/sy, /mnt/b/sy,"),
+            (ENV_LOG, "warn,switchyard=debug"),
+            (ENV_RUST_LOG, "trace"),
+            (ENV_LOG_FORMAT, "JSON"),
+        ]);
+        let c = GatewayConfig::load_with_env(None, env).unwrap();
+        assert_eq!(c.admin.listen, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(c.storage.memory.capacity, ByteSize::gib(2));
+        assert_eq!(
+            c.storage.disks.dirs,
+            vec![PathBuf::from("/mnt/a/sy"), PathBuf::from("/mnt/b/sy")]
+        );
+        assert_eq!(c.log.level, "warn,switchyard=debug");
+        assert_eq!(c.log.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn env_overrides_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[admin]\nlisten = \"127.0.0.1:1\"\n[log]\nlevel = \"debug\"\n[storage.memory]\ncapacity = \"4GiB\"\n",
+        )
+        .unwrap();
+        let env = env_of(&[(ENV_MEMORY_CAPACITY, "512 MiB"), (ENV_RUST_LOG, "error")]);
+        let c = GatewayConfig::load_with_env(Some(&path), env).unwrap();
+        assert_eq!(c.storage.memory.capacity, ByteSize::mib(512));
+        assert_eq!(c.admin.listen, "127.0.0.1:1".parse().unwrap());
+        assert_eq!(
+            c.log.level, "error",
+            "RUST_LOG applies without SWITCHYARD_LOG"
+        );
+    }
+
+    #[test]
+    fn empty_env_values_are_ignored() {
+        let env = env_of(&[
+            (ENV_DATA_DIRS, ""),
+            (ENV_MEMORY_CAPACITY, " "),
+            (ENV_LOG, ""),
+        ]);
+        let c = GatewayConfig::load_with_env(None, env).unwrap();
+        assert!(same(&c, &GatewayConfig::default()));
+    }
+
+    #[test]
+    fn bad_env_values_name_the_variable() {
+        for (var, value) in [
+            (ENV_ADMIN_LISTEN, "localhost"),
+            (ENV_MEMORY_CAPACITY, "2 XB"),
+            (ENV_LOG_FORMAT, "xml"),
+        ] {
+            let err = GatewayConfig::load_with_env(None, env_of(&[(var, value)])).unwrap_err();
+            let err = format!("{err:#}");
+            assert!(err.contains(var), "{err}");
+        }
+    }
+
+    #[test]
+    fn validation_fails_clearly() {
+        let err =
+            GatewayConfig::load_with_env(None, env_of(&[(ENV_MEMORY_CAPACITY, "0")])).unwrap_err();
+        assert!(format!("{err:#}").contains("memory.capacity"), "{err:#}");
+
+        let err = GatewayConfig::load_with_env(None, env_of(&[(ENV_LOG, "info,=[")])).unwrap_err();
+        assert!(format!("{err:#}").contains("log.level"), "{err:#}");
+
+        let mut c = GatewayConfig::default();
+        c.storage.memory.low_watermark = 0.9;
+        assert!(format!("{:#}", c.validate().unwrap_err()).contains("watermark"));
+    }
+
+    /// config/switchyard.toml must describe exactly the built-in defaults.
+    #[test]
+    fn documented_file_equals_defaults() {
+        let c = GatewayConfig::from_toml(DOC).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            format!("{c:#?}"),
+            format!("{:#?}", GatewayConfig::default()),
+            "config/switchyard.toml no longer matches the defaults"
+        );
+    }
+
+    /// Every key with a default value is written out in the documented file
+    /// (not merely left to its default).
+    #[test]
+    fn documented_file_lists_every_key() {
+        fn keys(prefix: &str, value: &toml::Value, out: &mut Vec<String>) {
+            if let toml::Value::Table(t) = value {
+                for (k, v) in t {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    if v.is_table() {
+                        keys(&path, v, out);
+                    } else {
+                        out.push(path);
+                    }
+                }
+            }
+        }
+        let mut expected = Vec::new();
+        keys(
+            "",
+            &toml::Value::try_from(GatewayConfig::default()).unwrap(),
+            &mut expected,
+        );
+        let mut documented = Vec::new();
+        keys(
+            "",
+            &toml::from_str::<toml::Value>(DOC).unwrap(),
+            &mut documented,
+        );
+        let missing: Vec<_> = expected
+            .iter()
+            .filter(|k| !documented.contains(k))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "config/switchyard.toml lacks {missing:?}"
+        );
+        assert!(expected.len() >= 15, "too few keys: {expected:?}");
+    }
+
+    /// Optional keys (off by default) appear as commented-out examples; with
+    /// the comment marks removed they must parse and set those keys.
+    #[test]
+    fn documented_examples_parse() {
+        let uncommented: String = DOC
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest) if is_setting(rest) => rest,
+                _ => line,
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let c = GatewayConfig::from_toml(&uncommented).unwrap();
+        c.validate().unwrap();
+        assert!(c.storage.disks.write_rate_limit.is_some());
+        assert!(c.storage.disks.read_rate_limit.is_some());
+        let cold = c.storage.cold.expect("the [storage.cold] example");
+        let defaults_from_serde: switchyard_storage::ColdConfig =
+            toml::from_str("service = \"fs\"\nroot = \"/x\"").unwrap();
+        assert_eq!(cold.prefix, defaults_from_serde.prefix);
+        assert_eq!(
+            cold.huge_partition_threshold,
+            defaults_from_serde.huge_partition_threshold
+        );
+        assert_eq!(
+            cold.write_concurrency,
+            defaults_from_serde.write_concurrency
+        );
+    }
+
+    /// `key = value` or `[storage.section]`
+    fn is_setting(s: &str) -> bool {
+        if s.starts_with("[storage.") && s.ends_with(']') {
+            return true;
+        }
+        match s.split_once(" = ") {
+            Some((key, _)) => {
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            }
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `switchyard`: the gateway process. It owns config, logs, metrics, admin
+//! HTTP and the store, and (in later work) the Uniffle and Celeborn listeners.
+
+mod admin;
+mod bench;
+mod cli;
+mod config;
+mod serve;
+mod telemetry;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::{BenchCommand, Cli, Command, ServeArgs};
+use crate::config::GatewayConfig;
+
+/// How long blocking tasks may linger once `serve` has returned.
+const RUNTIME_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => run_serve(args),
+        Command::Bench(bench) => run_bench(bench),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
+    let filter = std::env::var(config::ENV_LOG).unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match bench {
+            BenchCommand::Storage(args) => bench::storage::run(args).await,
+        }
+    })
+}
+
+fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = GatewayConfig::load(args.config.as_deref())?;
+    telemetry::init_logging(&config.log)?;
+    match &args.config {
+        Some(path) => tracing::info!(config = %path.display(), "configuration loaded"),
+        None => tracing::info!("no --config given: built-in defaults (and SWITCHYARD_* overrides)"),
+    }
+    // Before the store opens, so that its metrics reach the recorder.
+    let metrics = telemetry::install_metrics()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("switchyard")
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the tokio runtime: {e}"))?;
+    let result = runtime.block_on(serve::serve(config, metrics));
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+    result
+}

@@ -1,0 +1,245 @@
+//! Runs the built `switchyard` binary: `serve` with built-in defaults in a
+//! temporary working directory, admin HTTP checks, then SIGTERM.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+/// Kills the child if the test fails before it exits.
+struct Server {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Server {
+    fn start(workdir: &Path, addr: SocketAddr) -> Server {
+        let log = workdir.join("switchyard.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .current_dir(workdir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        clear_switchyard_env(&mut cmd);
+        cmd.env("SWITCHYARD_ADMIN_LISTEN", addr.to_string())
+            .env("SWITCHYARD_LOG", "info");
+        Server {
+            child: cmd.spawn().expect("start switchyard"),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The test must not pick up a developer's own overrides.
+fn clear_switchyard_env(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("SWITCHYARD_") || name == "RUST_LOG" {
+            cmd.env_remove(name);
+        }
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A minimal HTTP/1.0 GET: (status code, body).
+fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no header end in {response:?}")))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    Ok((code, body.to_string()))
+}
+
+#[test]
+fn serve_with_defaults_then_sigterm() {
+    let workdir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let mut server = Server::start(workdir.path(), addr);
+
+    // Up: /healthz answers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            panic!("switchyard exited early ({status}):\n{}", server.log());
+        }
+        match get(addr, "/healthz") {
+            Ok((200, body)) => {
+                assert_eq!(body, "ok");
+                break;
+            }
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("/healthz never answered: {other:?}\n{}", server.log()),
+        }
+    }
+
+    let (code, body) = get(addr, "/readyz").unwrap();
+    assert_eq!(code, 200, "/readyz: {body}\n{}", server.log());
+
+    // The default data directory, relative to the working directory.
+    assert!(
+        workdir.path().join("data/switchyard").is_dir(),
+        "data/switchyard not created"
+    );
+
+    // The store's own metrics reach the exporter (some may appear only once
+    // a background task has run, so poll).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (code, body) = get(addr, "/metrics").unwrap();
+        assert_eq!(code, 200);
+        let complete = [
+            "switchyard_memory_capacity_bytes",
+            "switchyard_tier_bytes",
+            "switchyard_process_resident_bytes",
+        ]
+        .iter()
+        .all(|name| body.contains(name));
+        if complete {
+            let capacity = body
+                .lines()
+                .find(|l| l.starts_with("switchyard_memory_capacity_bytes"))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|v| v.parse::<f64>().ok());
+            assert_eq!(
+                capacity,
+                Some((1u64 << 30) as f64),
+                "default capacity is 1 GiB"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "metrics incomplete:\n{body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let (code, body) = get(addr, "/api/v1/status").unwrap();
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    assert!(status["uptime_seconds"].is_u64(), "{status}");
+    assert_eq!(status["storage"]["ready"], true, "{status}");
+    for key in ["memory", "tiers", "disks", "applications"] {
+        assert!(
+            !status["storage"][key].is_null(),
+            "storage.{key} missing in {status}"
+        );
+    }
+
+    let (code, _) = get(addr, "/no-such-page").unwrap();
+    assert_eq!(code, 404);
+
+    // The Uniffle coordinator answers on its upstream default port, and the
+    // shuffle server on its gRPC and Netty ports.
+    for port in [19999, 19997, 19996] {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("nothing listens on {port}: {e}\n{}", server.log()));
+    }
+
+    // SIGTERM: admin HTTP closes, the store shuts down, exit 0.
+    kill(Pid::from_raw(server.child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = server
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no exit 30 s after SIGTERM:\n{}", server.log()));
+    let log = server.log();
+    assert!(status.success(), "exit status {status}:\n{log}");
+    assert!(log.contains("SIGTERM"), "{log}");
+    assert!(log.contains("store closed"), "{log}");
+    assert!(
+        get(addr, "/healthz").is_err(),
+        "admin HTTP still up after exit"
+    );
+}
+
+#[test]
+fn bad_config_fails_with_a_clear_message() {
+    let workdir = tempfile::tempdir().unwrap();
+    let config = workdir.path().join("bad.toml");
+    std::fs::write(&config, "[storage.memory]\ncapacty = \"1GiB\"\n").unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(workdir.path())
+        .stdin(Stdio::null());
+    clear_switchyard_env(&mut cmd);
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("unknown field `capacty`"),
+        "{stderr}"
+    );
+    assert!(
+        !workdir.path().join("data").exists(),
+        "no store opened on a bad config"
+    );
+}
+
+#[test]
+fn bad_env_override_fails_with_a_clear_message() {
+    let workdir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .current_dir(workdir.path())
+        .stdin(Stdio::null());
+    clear_switchyard_env(&mut cmd);
+    let out = cmd.env("SWITCHYARD_MEMORY_CAPACITY", "0").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("memory.capacity"), "{stderr}");
+}
+
+#[test]
+fn no_subcommand_prints_help() {
+    let out = Command::new(BIN).stdin(Stdio::null()).output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("serve"), "{text}");
+    assert!(text.contains("Usage"), "{text}");
+}

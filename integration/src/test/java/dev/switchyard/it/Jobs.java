@@ -1,0 +1,346 @@
+package dev.switchyard.it;
+
+import static org.apache.spark.sql.functions.col;
+import static org.apache.spark.sql.functions.count;
+import static org.apache.spark.sql.functions.countDistinct;
+import static org.apache.spark.sql.functions.max;
+import static org.apache.spark.sql.functions.min;
+import static org.apache.spark.sql.functions.sum;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.NoSuchElementException;
+import java.util.Random;
+import java.util.SplittableRandom;
+import java.util.TreeMap;
+import java.util.stream.Collectors;
+import java.util.stream.IntStream;
+import org.apache.spark.HashPartitioner;
+import org.apache.spark.api.java.JavaPairRDD;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import scala.Tuple2;
+
+/**
+ * The jobs. Every input is generated from fixed seeds inside the tasks, so each job gives the same
+ * result on every run and on every shuffle implementation; results are returned in a form that
+ * compares with {@code equals} (sorted maps, sorted lists, or lists whose order the job defines).
+ */
+public final class Jobs {
+
+  static final long SEED = 0x5317c4a11L;
+
+  private Jobs() {}
+
+  static JavaSparkContext jsc(SparkSession spark) {
+    return JavaSparkContext.fromSparkContext(spark.sparkContext());
+  }
+
+  static List<Integer> range(int n) {
+    return IntStream.range(0, n).boxed().collect(Collectors.toList());
+  }
+
+  // ---------------------------------------------------------------- reduceByKey
+
+  static final int RBK_MAPS = 16;
+  static final int RBK_PER_MAP = 100_000;
+  static final int RBK_KEYS = 20_000;
+
+  /** key -> (count, sum) over 1.6M records, map-side combine, 8 reducers. */
+  public static TreeMap<Long, Tuple2<Long, Long>> reduceByKey(SparkSession spark) {
+    JavaPairRDD<Long, Tuple2<Long, Long>> pairs =
+        jsc(spark)
+            .parallelize(range(RBK_MAPS), RBK_MAPS)
+            .flatMapToPair(
+                p -> {
+                  Random r = new Random(SEED * 31 + p);
+                  List<Tuple2<Long, Tuple2<Long, Long>>> out = new ArrayList<>(RBK_PER_MAP);
+                  for (int i = 0; i < RBK_PER_MAP; i++) {
+                    out.add(new Tuple2<>((long) r.nextInt(RBK_KEYS), new Tuple2<>(1L, (long) r.nextInt(1_000_000))));
+                  }
+                  return out.iterator();
+                });
+    Map<Long, Tuple2<Long, Long>> m =
+        pairs.reduceByKey((a, b) -> new Tuple2<>(a._1() + b._1(), a._2() + b._2()), 8).collectAsMap();
+    return new TreeMap<>(m);
+  }
+
+  // ---------------------------------------------------------------- groupByKey
+
+  static final int GBK_MAPS = 16;
+  static final int GBK_PER_MAP = 25_000;
+  static final int GBK_KEYS = 5_000;
+
+  /** key -> sorted values; no map-side combine, 12 reducers. */
+  public static TreeMap<Integer, List<String>> groupByKey(SparkSession spark) {
+    JavaPairRDD<Integer, String> pairs =
+        jsc(spark)
+            .parallelize(range(GBK_MAPS), GBK_MAPS)
+            .flatMapToPair(
+                p -> {
+                  Random r = new Random(SEED * 37 + p);
+                  List<Tuple2<Integer, String>> out = new ArrayList<>(GBK_PER_MAP);
+                  for (int i = 0; i < GBK_PER_MAP; i++) {
+                    out.add(new Tuple2<>(r.nextInt(GBK_KEYS), "v" + p + "-" + i + "-" + r.nextInt(1000)));
+                  }
+                  return out.iterator();
+                });
+    List<Tuple2<Integer, List<String>>> groups =
+        pairs
+            .groupByKey(12)
+            .mapValues(
+                vs -> {
+                  List<String> l = new ArrayList<>();
+                  vs.forEach(l::add);
+                  Collections.sort(l);
+                  return l;
+                })
+            .collect();
+    TreeMap<Integer, List<String>> out = new TreeMap<>();
+    for (Tuple2<Integer, List<String>> g : groups) {
+      if (out.put(g._1(), g._2()) != null) {
+        throw new AssertionError("groupByKey produced key " + g._1() + " twice");
+      }
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- repartition
+
+  static final int REP_MAPS = 12;
+  static final int REP_PER_MAP = 30_000;
+  static final int REP_PARTITIONS = 20;
+
+  /**
+   * repartition(20) of 360k strings of 10..200 chars. Returns each output partition's contents,
+   * sorted (RDD.repartition places elements by a per-map-task seeded round robin, so the multiset
+   * of every output partition is deterministic too).
+   */
+  public static List<List<String>> repartition(SparkSession spark) {
+    JavaRDD<String> in =
+        jsc(spark)
+            .parallelize(range(REP_MAPS), REP_MAPS)
+            .flatMap(
+                p -> {
+                  Random r = new Random(SEED * 41 + p);
+                  List<String> out = new ArrayList<>(REP_PER_MAP);
+                  for (int i = 0; i < REP_PER_MAP; i++) {
+                    out.add(randomString(r, 10 + r.nextInt(191)));
+                  }
+                  return out.iterator();
+                });
+    List<Tuple2<Integer, List<String>>> parts =
+        in.repartition(REP_PARTITIONS)
+            .mapPartitionsWithIndex(
+                (idx, it) -> {
+                  List<String> l = new ArrayList<>();
+                  it.forEachRemaining(l::add);
+                  Collections.sort(l);
+                  return Collections.singletonList(new Tuple2<>(idx, l)).iterator();
+                },
+                true)
+            .collect();
+    List<List<String>> out = new ArrayList<>();
+    for (int i = 0; i < parts.size(); i++) {
+      if (parts.get(i)._1() != i) {
+        throw new AssertionError("partition " + parts.get(i)._1() + " at position " + i);
+      }
+      out.add(parts.get(i)._2());
+    }
+    return out;
+  }
+
+  static String randomString(Random r, int len) {
+    char[] c = new char[len];
+    for (int i = 0; i < len; i++) {
+      c[i] = (char) ('a' + r.nextInt(26));
+    }
+    return new String(c);
+  }
+
+  // ---------------------------------------------------------------- sortByKey
+
+  static final int SORT_MAPS = 8;
+  static final int SORT_PER_MAP = 50_000;
+
+  /** sortByKey(ascending, 10) over 400k distinct long keys: the collected order is exact. */
+  public static List<String> sortByKey(SparkSession spark) {
+    JavaPairRDD<Long, String> pairs =
+        jsc(spark)
+            .parallelize(range(SORT_MAPS), SORT_MAPS)
+            .flatMapToPair(
+                p -> {
+                  List<Tuple2<Long, String>> out = new ArrayList<>(SORT_PER_MAP);
+                  for (int i = 0; i < SORT_PER_MAP; i++) {
+                    long n = (long) p * SORT_PER_MAP + i;
+                    // odd multiplier: a bijection on longs, so keys are distinct and scattered
+                    out.add(new Tuple2<>(n * 0x9E3779B97F4A7C15L, "r" + n));
+                  }
+                  return out.iterator();
+                });
+    List<Tuple2<Long, String>> sorted = pairs.sortByKey(true, 10).collect();
+    List<String> out = new ArrayList<>(sorted.size());
+    long prev = Long.MIN_VALUE;
+    for (int i = 0; i < sorted.size(); i++) {
+      Tuple2<Long, String> t = sorted.get(i);
+      if (i > 0 && t._1() <= prev) {
+        throw new AssertionError("sortByKey output not increasing at " + i + ": " + prev + " then " + t._1());
+      }
+      prev = t._1();
+      out.add(t._1() + "=" + t._2());
+    }
+    if (out.size() != SORT_MAPS * SORT_PER_MAP) {
+      throw new AssertionError("sortByKey returned " + out.size() + " records");
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- SQL join + aggregation
+
+  /**
+   * Join of two generated DataFrames (sort-merge: broadcast joins are switched off so both sides
+   * are shuffled) followed by a groupBy aggregation; AQE stays on (Spark's default), so reducers
+   * read coalesced partition ranges. Returns the rows, ordered by region, as strings.
+   */
+  public static List<String> sqlJoinAggregate(SparkSession spark) {
+    spark.conf().set("spark.sql.autoBroadcastJoinThreshold", "-1");
+    if (!spark.conf().get("spark.sql.adaptive.enabled").equals("true")) {
+      throw new AssertionError("AQE expected on");
+    }
+    Dataset<Row> orders =
+        spark
+            .range(0, 1_000_000, 1, 8)
+            .selectExpr(
+                "id AS order_id",
+                "CAST((id * 2654435761) % 50000 AS BIGINT) AS cust_id",
+                "CAST((id * 7919) % 1000 AS INT) AS amount",
+                "concat('order-', id) AS note");
+    Dataset<Row> customers =
+        spark
+            .range(0, 60_000, 1, 4)
+            .selectExpr("id AS cust_id", "CAST(id % 997 AS INT) AS region", "concat('customer-', id) AS name");
+    Dataset<Row> result =
+        orders
+            .join(customers, "cust_id")
+            .groupBy(col("region"))
+            .agg(
+                count("*").as("orders"),
+                sum("amount").as("total"),
+                countDistinct("cust_id").as("customers"),
+                max("note").as("max_note"),
+                min("name").as("min_name"))
+            .orderBy("region");
+    List<String> rows = result.collectAsList().stream().map(Row::toString).collect(Collectors.toList());
+    if (rows.size() != 997) {
+      throw new AssertionError("expected 997 regions, got " + rows.size());
+    }
+    return rows; // ordered by region (distinct), so the order is exact
+
+  }
+
+  // ---------------------------------------------------------------- large
+
+  static final int LARGE_MAPS = 25;
+  static final int LARGE_PARTITIONS = 50;
+  static final int LARGE_PAYLOAD = 100;
+
+  /** Records for the large job: {@code switchyard.large.records}, default 5M (about 550 MB shuffled). */
+  public static long largeRecords() {
+    return Long.getLong("switchyard.large.records", 5_000_000L);
+  }
+
+  /** Per output partition: count and sum of record hashes. */
+  public record PartitionDigest(long count, long hashSum) {}
+
+  /**
+   * {@code records} (key: random long, value: 100 random bytes, all from fixed seeds) hash-
+   * partitioned into 50 partitions; returns (count, sum of hashes) of every output partition, so
+   * a record that is lost, duplicated, corrupted or delivered to the wrong partition shows up.
+   * Random payloads do not compress, so the shuffle carries about 110 bytes per record.
+   */
+  public static List<PartitionDigest> largeShuffle(SparkSession spark, long records) {
+    final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
+    List<Tuple2<Integer, PartitionDigest>> parts =
+        jsc(spark)
+            .parallelize(range(LARGE_MAPS), LARGE_MAPS)
+            .flatMapToPair(p -> new RecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap))))
+            .partitionBy(new HashPartitioner(LARGE_PARTITIONS))
+            .mapPartitionsWithIndex(
+                (idx, it) -> {
+                  long n = 0;
+                  long h = 0;
+                  while (it.hasNext()) {
+                    Tuple2<Long, byte[]> t = it.next();
+                    n++;
+                    h += recordHash(t._1(), t._2());
+                  }
+                  return Collections.singletonList(new Tuple2<>(idx, new PartitionDigest(n, h))).iterator();
+                },
+                true)
+            .collect();
+    List<PartitionDigest> out = new ArrayList<>();
+    long total = 0;
+    for (int i = 0; i < parts.size(); i++) {
+      if (parts.get(i)._1() != i) {
+        throw new AssertionError("partition " + parts.get(i)._1() + " at position " + i);
+      }
+      out.add(parts.get(i)._2());
+      total += parts.get(i)._2().count();
+    }
+    if (total != records) {
+      throw new AssertionError("large job: " + total + " records after the shuffle, " + records + " before");
+    }
+    return out;
+  }
+
+  static long recordHash(long key, byte[] payload) {
+    long h = key * 0x9E3779B97F4A7C15L + Arrays.hashCode(payload) * 0xC2B2AE3D27D4EB4FL + payload.length;
+    // murmur3 fmix64
+    h ^= h >>> 33;
+    h *= 0xff51afd7ed558ccdL;
+    h ^= h >>> 33;
+    h *= 0xc4ceb9fe1a85ec53L;
+    h ^= h >>> 33;
+    return h;
+  }
+
+  /** Lazily generates one map task's records, so a task never holds them all. */
+  static final class RecordGenerator implements Iterator<Tuple2<Long, byte[]>> {
+    private final SplittableRandom r;
+    private final long n;
+    private long i;
+
+    RecordGenerator(int partition, long n) {
+      this.r = new SplittableRandom(SEED * 43 + partition);
+      this.n = n;
+    }
+
+    @Override
+    public boolean hasNext() {
+      return i < n;
+    }
+
+    @Override
+    public Tuple2<Long, byte[]> next() {
+      if (i >= n) {
+        throw new NoSuchElementException();
+      }
+      i++;
+      byte[] payload = new byte[LARGE_PAYLOAD];
+      for (int j = 0; j < LARGE_PAYLOAD; j += 8) {
+        long v = r.nextLong();
+        for (int k = 0; k < 8 && j + k < LARGE_PAYLOAD; k++) {
+          payload[j + k] = (byte) (v >>> (8 * k));
+        }
+      }
+      return new Tuple2<>(r.nextLong(), payload);
+    }
+  }
+}

@@ -1,0 +1,315 @@
+package dev.switchyard.it;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.time.LocalDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+
+/**
+ * A {@code switchyard serve} child process on loopback ports for one test class.
+ *
+ * <p>System properties: {@code switchyard.bin} (the binary; default
+ * {@code ../target/debug/switchyard}), {@code switchyard.logDir} (where the server's
+ * stdout+stderr go; default {@code target/switchyard-logs}), {@code switchyard.log} (passed as
+ * {@code SWITCHYARD_LOG}, e.g. {@code debug}), {@code switchyard.keepData=true} (keep the temp
+ * dir with config and data after close).
+ */
+public final class SwitchyardProcess implements AutoCloseable {
+
+  static final Duration READY_TIMEOUT = Duration.ofSeconds(60);
+  static final Duration STOP_TIMEOUT = Duration.ofSeconds(30);
+
+  private final String name;
+  private final Path binary;
+  private final Path workDir;
+  private final Path configFile;
+  private final Path logFile;
+  private final int adminPort;
+  private final int coordinatorPort;
+  private final int grpcPort;
+  private final int nettyPort;
+  private final String memoryCapacity;
+  private Process process;
+
+  private SwitchyardProcess(String name, String memoryCapacity) throws IOException {
+    this.name = name;
+    this.memoryCapacity = memoryCapacity;
+    this.binary = locateBinary();
+    int[] ports = freeLoopbackPorts(4);
+    this.adminPort = ports[0];
+    this.coordinatorPort = ports[1];
+    this.grpcPort = ports[2];
+    this.nettyPort = ports[3];
+    this.workDir = Files.createTempDirectory("switchyard-it-" + name + "-");
+    this.configFile = workDir.resolve("switchyard.toml");
+    Path logDir = Paths.get(System.getProperty("switchyard.logDir", "target/switchyard-logs"));
+    Files.createDirectories(logDir);
+    String stamp = LocalDateTime.now().format(DateTimeFormatter.ofPattern("yyyyMMdd-HHmmss-SSS"));
+    this.logFile = logDir.resolve(name + "-" + stamp + ".log").toAbsolutePath();
+  }
+
+  /**
+   * Writes the config, starts {@code switchyard serve --config <file>} and waits for
+   * {@code /readyz}.
+   *
+   * @param name label for the log file and temp dir
+   * @param memoryCapacity {@code storage.memory.capacity}, e.g. {@code "256MiB"}
+   */
+  public static SwitchyardProcess start(String name, String memoryCapacity) throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity);
+    try {
+      p.launch();
+      return p;
+    } catch (RuntimeException | IOException e) {
+      p.close();
+      throw e;
+    }
+  }
+
+  static Path locateBinary() {
+    String prop = System.getProperty("switchyard.bin", "../target/debug/switchyard");
+    Path bin = Paths.get(prop).toAbsolutePath().normalize();
+    if (!Files.isRegularFile(bin) || !Files.isExecutable(bin)) {
+      throw new IllegalStateException(
+          "switchyard binary not found or not executable at "
+              + bin
+              + " (from -Dswitchyard.bin="
+              + prop
+              + "). Build it first (`cargo build -p switchyard` in the repository root) or pass"
+              + " -Dswitchyard.bin=/path/to/switchyard."
+              + " To run only Spark's own shuffle side, pass -Dswitchyard.vanillaOnly=true.");
+    }
+    return bin;
+  }
+
+  String configText() {
+    Path dataDir = workDir.resolve("data");
+    return "[admin]\n"
+        + "listen = \"127.0.0.1:" + adminPort + "\"\n"
+        + "[uniffle]\n"
+        + "coordinator_listen = \"127.0.0.1:" + coordinatorPort + "\"\n"
+        + "server_grpc_listen = \"127.0.0.1:" + grpcPort + "\"\n"
+        + "server_netty_listen = \"127.0.0.1:" + nettyPort + "\"\n"
+        + "advertised_host = \"127.0.0.1\"\n"
+        + "[celeborn]\n"
+        + "enabled = false\n"
+        + "[storage.memory]\n"
+        + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
+        + "[storage.disks]\n"
+        + "dirs = [\"" + tomlEscape(dataDir.toString()) + "\"]\n";
+  }
+
+  private static String tomlEscape(String s) {
+    return s.replace("\\", "\\\\").replace("\"", "\\\"");
+  }
+
+  private void launch() throws IOException {
+    Files.createDirectories(workDir.resolve("data"));
+    Files.writeString(configFile, configText(), StandardCharsets.UTF_8);
+    ProcessBuilder pb =
+        new ProcessBuilder(binary.toString(), "serve", "--config", configFile.toString())
+            .directory(workDir.toFile())
+            .redirectErrorStream(true)
+            .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+    Map<String, String> env = pb.environment();
+    // Environment variables override the config file (docs/configuration.md): drop any that
+    // leaked in from the developer's shell so that the file above is what runs.
+    env.keySet().removeIf(k -> k.startsWith("SWITCHYARD_") || k.equals("RUST_LOG"));
+    String level = System.getProperty("switchyard.log", "");
+    if (!level.isEmpty()) {
+      env.put("SWITCHYARD_LOG", level);
+    }
+    env.put("RUST_BACKTRACE", "1");
+    Files.writeString(
+        logFile,
+        "# " + String.join(" ", pb.command()) + "\n# config:\n" + configText().replaceAll("(?m)^", "#   ") + "\n",
+        StandardCharsets.UTF_8);
+    process = pb.start();
+    System.out.printf(
+        "[switchyard:%s] pid %d, coordinator %s, grpc %d, netty %d, admin %d, memory %s, log %s%n",
+        name, process.pid(), coordinatorQuorum(), grpcPort, nettyPort, adminPort, memoryCapacity, logFile);
+    waitReady();
+  }
+
+  private void waitReady() {
+    HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
+    HttpRequest req =
+        HttpRequest.newBuilder(URI.create(adminUrl() + "/readyz")).timeout(Duration.ofSeconds(2)).GET().build();
+    long start = System.nanoTime();
+    long deadline = start + READY_TIMEOUT.toNanos();
+    String last = "no answer yet";
+    while (System.nanoTime() < deadline) {
+      if (!process.isAlive()) {
+        throw new IllegalStateException(
+            "switchyard exited with status " + process.exitValue() + " before it was ready"
+                + " (config " + configFile + ")\n" + logTail(60));
+      }
+      try {
+        HttpResponse<String> resp = http.send(req, HttpResponse.BodyHandlers.ofString());
+        if (resp.statusCode() == 200) {
+          System.out.printf(
+              "[switchyard:%s] ready after %d ms%n", name, (System.nanoTime() - start) / 1_000_000);
+          return;
+        }
+        last = "HTTP " + resp.statusCode() + ": " + resp.body();
+      } catch (IOException e) {
+        last = e.toString();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted while waiting for switchyard", e);
+      }
+      sleep(200);
+    }
+    String tail = logTail(60);
+    System.err.println(tail);
+    throw new IllegalStateException(
+        "switchyard not ready within " + READY_TIMEOUT.toSeconds() + " s: GET " + adminUrl()
+            + "/readyz last gave " + last + "\n" + tail);
+  }
+
+  /** Throws, with the log tail, if the server died. Call after a job to blame the right side. */
+  public void assertAlive() {
+    if (process != null && !process.isAlive()) {
+      throw new IllegalStateException(
+          "switchyard died (exit status " + process.exitValue() + ")\n" + logTail(80));
+    }
+  }
+
+  public boolean isAlive() {
+    return process != null && process.isAlive();
+  }
+
+  /** {@code host:port} for {@code spark.rss.coordinator.quorum}. */
+  public String coordinatorQuorum() {
+    return "127.0.0.1:" + coordinatorPort;
+  }
+
+  public String adminUrl() {
+    return "http://127.0.0.1:" + adminPort;
+  }
+
+  public int grpcPort() {
+    return grpcPort;
+  }
+
+  public int nettyPort() {
+    return nettyPort;
+  }
+
+  public Path logFile() {
+    return logFile;
+  }
+
+  public Path dataDir() {
+    return workDir.resolve("data");
+  }
+
+  /** GET on the admin server (e.g. {@code /metrics}); for diagnostics. */
+  public String adminGet(String path) throws IOException, InterruptedException {
+    HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
+    return http.send(
+            HttpRequest.newBuilder(URI.create(adminUrl() + path)).timeout(Duration.ofSeconds(5)).build(),
+            HttpResponse.BodyHandlers.ofString())
+        .body();
+  }
+
+  /** Last {@code lines} lines of the server log, with a header naming the file. */
+  public String logTail(int lines) {
+    try {
+      List<String> all = Files.readAllLines(logFile, StandardCharsets.UTF_8);
+      List<String> tail = all.subList(Math.max(0, all.size() - lines), all.size());
+      return "---- last " + tail.size() + " lines of " + logFile + " ----\n"
+          + String.join("\n", tail) + "\n---- end of log ----";
+    } catch (IOException | UncheckedIOException e) {
+      return "(could not read " + logFile + ": " + e + ")";
+    }
+  }
+
+  /** SIGTERM, up to 30 s for a clean exit, then SIGKILL; removes the temp dir. */
+  @Override
+  public void close() {
+    if (process != null && process.isAlive()) {
+      long start = System.nanoTime();
+      process.destroy();
+      boolean exited = waitFor(process, STOP_TIMEOUT);
+      if (!exited) {
+        System.err.printf(
+            "[switchyard:%s] still running %d s after SIGTERM, killing it%n", name, STOP_TIMEOUT.toSeconds());
+        process.destroyForcibly();
+        waitFor(process, Duration.ofSeconds(10));
+      } else {
+        System.out.printf(
+            "[switchyard:%s] stopped in %d ms, exit status %d%n",
+            name, (System.nanoTime() - start) / 1_000_000, process.exitValue());
+      }
+    }
+    if (!Boolean.getBoolean("switchyard.keepData")) {
+      deleteRecursively(workDir);
+    }
+  }
+
+  private static boolean waitFor(Process p, Duration d) {
+    try {
+      return p.waitFor(d.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return !p.isAlive();
+    }
+  }
+
+  private static void deleteRecursively(Path dir) {
+    if (dir == null || !Files.exists(dir)) {
+      return;
+    }
+    try (Stream<Path> s = Files.walk(dir)) {
+      s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    } catch (IOException e) {
+      System.err.println("could not delete " + dir + ": " + e);
+    }
+  }
+
+  /** Distinct ports that were free on 127.0.0.1 a moment ago (all held open until chosen). */
+  static int[] freeLoopbackPorts(int n) throws IOException {
+    List<ServerSocket> sockets = new ArrayList<>();
+    try {
+      int[] ports = new int[n];
+      for (int i = 0; i < n; i++) {
+        ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+        s.setReuseAddress(true);
+        sockets.add(s);
+        ports[i] = s.getLocalPort();
+      }
+      return ports;
+    } finally {
+      for (ServerSocket s : sockets) {
+        s.close();
+      }
+    }
+  }
+
+  private static void sleep(long ms) {
+    try {
+      Thread.sleep(ms);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    }
+  }
+}

@@ -1,0 +1,67 @@
+//! Configuration of the Uniffle roles: the coordinator and the shuffle server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UniffleConfig {
+    /// Serve the Uniffle roles at all.
+    pub enabled: bool,
+    /// The coordinator's gRPC address. 19999 is Uniffle's own default, so an
+    /// existing `spark.rss.coordinator.quorum=host:19999` works unchanged.
+    pub coordinator_listen: SocketAddr,
+    /// The shuffle server's gRPC address, advertised through the coordinator.
+    pub server_grpc_listen: SocketAddr,
+    /// The shuffle server's Netty data-plane address (`GRPC_NETTY` clients);
+    /// absent disables it.
+    pub server_netty_listen: Option<SocketAddr>,
+    /// Host or IP that clients use to reach this node. Default: the listen IP,
+    /// or the first non-loopback address when listening on 0.0.0.0.
+    pub advertised_host: Option<String>,
+    /// Extra tags this node advertises beside `ss_v5`, `GRPC`, `GRPC_NETTY`.
+    pub tags: Vec<String>,
+    /// Largest gRPC message accepted or sent. Default 256 MiB (the Java
+    /// client sends up to `spark.rss.client.send.size.limit`, 16 MiB).
+    pub max_message_size: ByteSize,
+    /// Largest Netty frame accepted. Default 256 MiB.
+    pub max_frame_size: ByteSize,
+    /// A `requireBuffer` ticket not used by a `sendShuffleData` within this
+    /// time is dropped and its memory released. Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub ticket_timeout: Duration,
+    /// Nodes that stop heartbeating are left out of assignments after this.
+    #[serde(with = "humantime_serde")]
+    pub node_timeout: Duration,
+    /// Servers per shuffle when the client does not say. Default 9, as Uniffle.
+    pub max_servers_per_shuffle: usize,
+    /// Client configuration handed out by `fetchClientConf`. By default it
+    /// sets the storage type this server serves.
+    pub client_conf: BTreeMap<String, String>,
+}
+
+impl Default for UniffleConfig {
+    fn default() -> Self {
+        UniffleConfig {
+            enabled: true,
+            coordinator_listen: "127.0.0.1:19999".parse().unwrap(),
+            server_grpc_listen: "127.0.0.1:19997".parse().unwrap(),
+            server_netty_listen: Some("127.0.0.1:19996".parse().unwrap()),
+            advertised_host: None,
+            tags: Vec::new(),
+            max_message_size: ByteSize::mib(256),
+            max_frame_size: ByteSize::mib(256),
+            ticket_timeout: Duration::from_secs(60),
+            node_timeout: Duration::from_secs(30),
+            max_servers_per_shuffle: 9,
+            client_conf: BTreeMap::from([(
+                "spark.rss.storage.type".to_string(),
+                "MEMORY_LOCALFILE".to_string(),
+            )]),
+        }
+    }
+}

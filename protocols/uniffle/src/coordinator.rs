@@ -1,0 +1,345 @@
+//! The Uniffle coordinator: knows the shuffle servers from their heartbeats
+//! and assigns partitions to them. Stateless beyond that, so several
+//! coordinators can run side by side, as in Uniffle.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use tonic::{Request, Response, Status};
+
+use crate::config::UniffleConfig;
+use crate::proto::coordinator_server_server::CoordinatorServer;
+use crate::proto::*;
+
+/// Tag every 0.9/0.10 client requires of a server.
+pub const VERSION_TAG: &str = "ss_v5";
+
+struct Node {
+    id: ShuffleServerId,
+    tags: HashSet<String>,
+    available_memory: i64,
+    healthy: bool,
+    last_seen: Instant,
+}
+
+/// Shuffle servers this coordinator knows.
+pub struct NodeRegistry {
+    nodes: DashMap<String, Node>,
+    timeout: Duration,
+}
+
+impl NodeRegistry {
+    pub fn new(timeout: Duration) -> Self {
+        NodeRegistry {
+            nodes: DashMap::new(),
+            timeout,
+        }
+    }
+
+    /// Records a heartbeat (from a remote server, or this process's own).
+    pub fn upsert(
+        &self,
+        id: ShuffleServerId,
+        tags: Vec<String>,
+        available_memory: i64,
+        healthy: bool,
+    ) {
+        self.nodes.insert(
+            id.id.clone(),
+            Node {
+                id,
+                tags: tags.into_iter().collect(),
+                available_memory,
+                healthy,
+                last_seen: Instant::now(),
+            },
+        );
+    }
+
+    fn live(&self) -> Vec<(ShuffleServerId, HashSet<String>, i64)> {
+        let mut out: Vec<_> = self
+            .nodes
+            .iter()
+            .filter(|n| n.healthy && n.last_seen.elapsed() < self.timeout)
+            .map(|n| (n.id.clone(), n.tags.clone(), n.available_memory))
+            .collect();
+        out.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        out
+    }
+
+    pub fn len(&self) -> usize {
+        self.live().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub struct CoordinatorService {
+    nodes: Arc<NodeRegistry>,
+    config: UniffleConfig,
+}
+
+impl CoordinatorService {
+    pub fn new(nodes: Arc<NodeRegistry>, config: UniffleConfig) -> Self {
+        CoordinatorService { nodes, config }
+    }
+
+    fn client_conf(&self) -> FetchClientConfResponse {
+        FetchClientConfResponse {
+            status: StatusCode::Success as i32,
+            ret_msg: String::new(),
+            client_conf: self
+                .config
+                .client_conf
+                .iter()
+                .map(|(k, v)| ClientConfItem {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Splits partitions `0..n` into contiguous ranges over the chosen servers,
+/// each range on `replicas` servers. Every partition is covered (the client
+/// fails on a missing one).
+pub fn assign(
+    partitions: i32,
+    servers: &[ShuffleServerId],
+    replicas: usize,
+) -> Vec<PartitionRangeAssignment> {
+    if partitions <= 0 || servers.is_empty() {
+        return Vec::new();
+    }
+    let groups = servers.len().min(partitions as usize);
+    let per = partitions as usize / groups;
+    let extra = partitions as usize % groups;
+    let mut out = Vec::with_capacity(groups);
+    let mut start = 0usize;
+    for g in 0..groups {
+        let len = per + usize::from(g < extra);
+        let server = (0..replicas.max(1))
+            .map(|r| servers[(g + r) % servers.len()].clone())
+            .collect();
+        out.push(PartitionRangeAssignment {
+            start_partition: start as i32,
+            end_partition: (start + len - 1) as i32,
+            server,
+        });
+        start += len;
+    }
+    out
+}
+
+fn success<T>(f: impl FnOnce(i32, String) -> T) -> Result<Response<T>, Status> {
+    Ok(Response::new(f(StatusCode::Success as i32, String::new())))
+}
+
+#[tonic::async_trait]
+impl CoordinatorServer for CoordinatorService {
+    async fn get_shuffle_server_list(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<GetShuffleServerListResponse>, Status> {
+        Ok(Response::new(GetShuffleServerListResponse {
+            servers: self.nodes.live().into_iter().map(|n| n.0).collect(),
+        }))
+    }
+
+    async fn get_shuffle_server_num(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<GetShuffleServerNumResponse>, Status> {
+        Ok(Response::new(GetShuffleServerNumResponse {
+            num: self.nodes.len() as i32,
+        }))
+    }
+
+    async fn get_shuffle_assignments(
+        &self,
+        request: Request<GetShuffleServerRequest>,
+    ) -> Result<Response<GetShuffleAssignmentsResponse>, Status> {
+        let r = request.into_inner();
+        let required: HashSet<&str> = r.require_tags.iter().map(String::as_str).collect();
+        let faulty: HashSet<&str> = r.faulty_server_ids.iter().map(String::as_str).collect();
+        let mut candidates: Vec<(ShuffleServerId, i64)> = self
+            .nodes
+            .live()
+            .into_iter()
+            .filter(|(id, tags, _)| {
+                required.iter().all(|t| tags.contains(*t)) && !faulty.contains(id.id.as_str())
+            })
+            .map(|(id, _, mem)| (id, mem))
+            .collect();
+        let replicas = r.data_replica.max(1) as usize;
+        if candidates.len() < replicas {
+            tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, tags = ?r.require_tags, found = candidates.len(), "not enough shuffle servers for assignment");
+            return Ok(Response::new(GetShuffleAssignmentsResponse {
+                status: StatusCode::InternalError as i32,
+                assignments: Vec::new(),
+                ret_msg: format!(
+                    "There isn't enough shuffle servers: need {replicas} with tags {:?}, have {}",
+                    r.require_tags,
+                    candidates.len()
+                ),
+            }));
+        }
+        // Most available memory first.
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let limit = match r.assignment_shuffle_server_number {
+            n if n > 0 => (n as usize).min(self.config.max_servers_per_shuffle),
+            _ => self.config.max_servers_per_shuffle,
+        }
+        .max(replicas);
+        let servers: Vec<ShuffleServerId> =
+            candidates.into_iter().take(limit).map(|c| c.0).collect();
+        let assignments = assign(r.partition_num, &servers, replicas);
+        tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_num, servers = servers.len(), "assigned shuffle");
+        Ok(Response::new(GetShuffleAssignmentsResponse {
+            status: StatusCode::Success as i32,
+            assignments,
+            ret_msg: String::new(),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<ShuffleServerHeartBeatRequest>,
+    ) -> Result<Response<ShuffleServerHeartBeatResponse>, Status> {
+        let r = request.into_inner();
+        let Some(id) = r.server_id else {
+            return Ok(Response::new(ShuffleServerHeartBeatResponse {
+                status: StatusCode::InvalidRequest as i32,
+                ret_msg: "heartbeat without serverId".into(),
+            }));
+        };
+        // Absent status means ACTIVE; the legacy isHealthy flag overrides it.
+        let healthy = match r.is_healthy {
+            Some(h) => h,
+            None => r.status.unwrap_or(0) == ServerStatus::Active as i32,
+        };
+        self.nodes.upsert(id, r.tags, r.available_memory, healthy);
+        success(|status, ret_msg| ShuffleServerHeartBeatResponse { status, ret_msg })
+    }
+
+    async fn get_shuffle_data_storage_info(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<GetShuffleDataStorageInfoResponse>, Status> {
+        Ok(Response::new(GetShuffleDataStorageInfoResponse::default()))
+    }
+
+    async fn check_service_available(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<CheckServiceAvailableResponse>, Status> {
+        Ok(Response::new(CheckServiceAvailableResponse {
+            status: StatusCode::Success as i32,
+            available: !self.nodes.is_empty(),
+        }))
+    }
+
+    async fn app_heartbeat(
+        &self,
+        _request: Request<AppHeartBeatRequest>,
+    ) -> Result<Response<AppHeartBeatResponse>, Status> {
+        success(|status, ret_msg| AppHeartBeatResponse { status, ret_msg })
+    }
+
+    async fn report_client_operation(
+        &self,
+        _request: Request<ReportShuffleClientOpRequest>,
+    ) -> Result<Response<ReportShuffleClientOpResponse>, Status> {
+        success(|status, ret_msg| ReportShuffleClientOpResponse { status, ret_msg })
+    }
+
+    async fn register_application_info(
+        &self,
+        request: Request<ApplicationInfoRequest>,
+    ) -> Result<Response<ApplicationInfoResponse>, Status> {
+        let r = request.into_inner();
+        tracing::debug!(app = %r.app_id, user = %r.user, version = ?r.version, "application info");
+        success(|status, ret_msg| ApplicationInfoResponse { status, ret_msg })
+    }
+
+    async fn access_cluster(
+        &self,
+        _request: Request<AccessClusterRequest>,
+    ) -> Result<Response<AccessClusterResponse>, Status> {
+        let uuid = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis().to_string())
+            .unwrap_or_default();
+        Ok(Response::new(AccessClusterResponse {
+            status: StatusCode::Success as i32,
+            ret_msg: String::new(),
+            uuid,
+        }))
+    }
+
+    async fn fetch_client_conf(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<FetchClientConfResponse>, Status> {
+        Ok(Response::new(self.client_conf()))
+    }
+
+    async fn fetch_client_conf_v2(
+        &self,
+        _request: Request<FetchClientConfRequest>,
+    ) -> Result<Response<FetchClientConfResponse>, Status> {
+        Ok(Response::new(self.client_conf()))
+    }
+
+    async fn fetch_remote_storage(
+        &self,
+        _request: Request<FetchRemoteStorageRequest>,
+    ) -> Result<Response<FetchRemoteStorageResponse>, Status> {
+        Ok(Response::new(FetchRemoteStorageResponse {
+            status: StatusCode::Success as i32,
+            remote_storage: None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(i: i32) -> ShuffleServerId {
+        ShuffleServerId {
+            id: format!("s{i}"),
+            ip: "127.0.0.1".into(),
+            port: 1000 + i,
+            netty_port: 2000 + i,
+            jetty_port: 0,
+        }
+    }
+
+    #[test]
+    fn assignment_covers_every_partition_once_per_replica() {
+        for partitions in [1, 2, 7, 100] {
+            for n in 1..5 {
+                let servers: Vec<_> = (0..n).map(server).collect();
+                let replicas = 2.min(n as usize);
+                let a = assign(partitions, &servers, replicas);
+                let mut next = 0;
+                for r in &a {
+                    assert_eq!(r.start_partition, next);
+                    assert!(r.end_partition >= r.start_partition);
+                    assert_eq!(r.server.len(), replicas);
+                    let ids: HashSet<_> = r.server.iter().map(|s| &s.id).collect();
+                    assert_eq!(ids.len(), replicas, "replicas on distinct servers");
+                    next = r.end_partition + 1;
+                }
+                assert_eq!(next, partitions);
+            }
+        }
+        assert!(assign(0, &[server(1)], 1).is_empty());
+    }
+}

@@ -1,0 +1,52 @@
+//! Errors of the Uniffle adapter, each mapped to the status code a client
+//! understands. Only codes 0–10 are sent: 0.9 clients cannot parse 11–14.
+
+use switchyard_storage::StorageError;
+
+use crate::proto::StatusCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UniffleError {
+    /// The application is unknown or expired (`NO_REGISTER`: not retried).
+    #[error("application {0} is not registered")]
+    NoRegister(String),
+    /// The shuffle or partition was never registered by this application.
+    #[error("shuffle {shuffle} of {app} is not registered")]
+    ShuffleNotRegistered { app: String, shuffle: i32 },
+    /// Memory is full: the client backs off and retries.
+    #[error("no buffer: {0}")]
+    NoBuffer(String),
+    /// The buffer ticket is unknown, used or expired: the client requires a
+    /// new one and resends.
+    #[error("can't find requireBufferId[{0}]")]
+    UnknownTicket(i64),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error(transparent)]
+    Storage(StorageError),
+}
+
+impl From<StorageError> for UniffleError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::NoBuffer { .. } => UniffleError::NoBuffer(e.to_string()),
+            StorageError::UnknownApp(app) => UniffleError::NoRegister(app),
+            other => UniffleError::Storage(other),
+        }
+    }
+}
+
+impl UniffleError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            UniffleError::NoRegister(_) | UniffleError::ShuffleNotRegistered { .. } => {
+                StatusCode::NoRegister
+            }
+            UniffleError::NoBuffer(_) => StatusCode::NoBuffer,
+            UniffleError::InvalidRequest(_) => StatusCode::InvalidRequest,
+            UniffleError::UnknownTicket(_) | UniffleError::Storage(_) => StatusCode::InternalError,
+        }
+    }
+}
+
+pub type Result<T, E = UniffleError> = std::result::Result<T, E>;

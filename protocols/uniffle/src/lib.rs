@@ -1,0 +1,24 @@
+//! The Uniffle protocol adapter: the coordinator and shuffle-server roles of
+//! Apache Uniffle, translated onto the storage crate's block API.
+//!
+//! - [`proto`]: the gRPC messages and service stubs (package `rss.common`);
+//! - [`bitmap`]: block-id bitmaps in the Java `Roaring64NavigableMap` format;
+//! - [`netty`]: the frame codec of the Netty data plane (`GRPC_NETTY` clients);
+//! - [`coordinator`]: assignment of partitions to shuffle servers;
+//! - [`server`]: the shuffle server (one core, gRPC and Netty transports);
+//! - [`node`]: starts all of it in one process;
+//! - [`client`]: a Rust client of the protocol, for tests and benchmarks.
+
+pub mod bitmap;
+pub mod client;
+pub mod config;
+pub mod coordinator;
+pub mod error;
+pub mod netty;
+pub mod node;
+pub mod proto;
+pub mod server;
+
+pub use config::UniffleConfig;
+pub use error::UniffleError;
+pub use node::{UniffleAddrs, UniffleNode};

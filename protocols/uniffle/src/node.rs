@@ -1,0 +1,209 @@
+//! Starts the Uniffle roles of one process: the coordinator, the shuffle
+//! server's gRPC service and its Netty data plane. The local shuffle server
+//! registers itself with the local coordinator directly (no loopback RPC).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_storage::Store;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+
+use crate::config::UniffleConfig;
+use crate::coordinator::{CoordinatorService, NodeRegistry, VERSION_TAG};
+use crate::proto::coordinator_server_server::CoordinatorServerServer;
+use crate::proto::shuffle_server_server::ShuffleServerServer;
+use crate::proto::ShuffleServerId;
+use crate::server::grpc::ShuffleServerService;
+use crate::server::{netty, ShuffleServerCore};
+
+/// Addresses the roles actually bound (ports may have been 0).
+#[derive(Debug, Clone)]
+pub struct UniffleAddrs {
+    pub coordinator: SocketAddr,
+    pub server_grpc: SocketAddr,
+    pub server_netty: Option<SocketAddr>,
+    pub server_id: ShuffleServerId,
+}
+
+pub struct UniffleNode {
+    pub addrs: UniffleAddrs,
+    pub core: Arc<ShuffleServerCore>,
+    pub nodes: Arc<NodeRegistry>,
+    tasks: Vec<JoinHandle<()>>,
+    cancel: CancellationToken,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr} for the Uniffle {role}: {source}")]
+    Bind {
+        role: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+async fn bind(role: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { role, addr, source })
+}
+
+impl UniffleNode {
+    pub async fn start(
+        config: UniffleConfig,
+        store: Arc<Store>,
+    ) -> Result<UniffleNode, StartError> {
+        let cancel = CancellationToken::new();
+        let coordinator = bind("coordinator", config.coordinator_listen).await?;
+        let grpc = bind("shuffle server", config.server_grpc_listen).await?;
+        let netty_listener = match config.server_netty_listen {
+            Some(addr) => Some(bind("netty data plane", addr).await?),
+            None => None,
+        };
+        let coordinator_addr = coordinator.local_addr().expect("bound");
+        let grpc_addr = grpc.local_addr().expect("bound");
+        let netty_addr = netty_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound"));
+
+        let host = config.advertised_host.clone().unwrap_or_else(|| {
+            let ip = grpc_addr.ip();
+            if ip.is_unspecified() {
+                tracing::warn!("uniffle.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
+                "127.0.0.1".to_string()
+            } else {
+                ip.to_string()
+            }
+        });
+        let server_id = ShuffleServerId {
+            id: match netty_addr {
+                Some(n) => format!("{host}-{}-{}", grpc_addr.port(), n.port()),
+                None => format!("{host}-{}", grpc_addr.port()),
+            },
+            ip: host,
+            port: grpc_addr.port() as i32,
+            netty_port: netty_addr.map(|a| a.port() as i32).unwrap_or(-1),
+            jetty_port: 0,
+        };
+        let mut tags = vec![VERSION_TAG.to_string(), "GRPC".to_string()];
+        if netty_addr.is_some() {
+            tags.push("GRPC_NETTY".to_string());
+        }
+        tags.extend(config.tags.iter().cloned());
+
+        let nodes = Arc::new(NodeRegistry::new(config.node_timeout));
+        let core = ShuffleServerCore::new(store.clone(), config.clone());
+        let max = config.max_message_size.as_u64() as usize;
+        let mut tasks = Vec::new();
+
+        // The local server's own heartbeat, straight into the registry.
+        {
+            let nodes = nodes.clone();
+            let store = store.clone();
+            let id = server_id.clone();
+            let cancel = cancel.clone();
+            let beat = (config.node_timeout / 3).max(Duration::from_millis(100));
+            nodes.upsert(
+                id.clone(),
+                tags.clone(),
+                available(&store),
+                store.is_ready(),
+            );
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(beat) => {}
+                    }
+                    nodes.upsert(
+                        id.clone(),
+                        tags.clone(),
+                        available(&store),
+                        store.is_ready(),
+                    );
+                }
+            }));
+        }
+
+        let coordinator_service =
+            CoordinatorServerServer::new(CoordinatorService::new(nodes.clone(), config.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max);
+        let c = cancel.clone();
+        tasks.push(tokio::spawn(async move {
+            let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));
+            if let Err(e) = Server::builder()
+                .add_service(coordinator_service)
+                .serve_with_incoming_shutdown(incoming, c.cancelled())
+                .await
+            {
+                tracing::error!(error = %e, "uniffle coordinator stopped");
+            }
+        }));
+
+        let server_service = ShuffleServerServer::new(ShuffleServerService::new(core.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+        let c = cancel.clone();
+        tasks.push(tokio::spawn(async move {
+            let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+            if let Err(e) = Server::builder()
+                .add_service(server_service)
+                .serve_with_incoming_shutdown(incoming, c.cancelled())
+                .await
+            {
+                tracing::error!(error = %e, "uniffle shuffle server stopped");
+            }
+        }));
+
+        if let Some(listener) = netty_listener {
+            tasks.push(tokio::spawn(netty::serve(
+                listener,
+                core.clone(),
+                config.max_frame_size.as_u64() as usize,
+                cancel.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(core.clone().run_housekeeping(cancel.clone())));
+
+        tracing::info!(
+            coordinator = %coordinator_addr,
+            grpc = %grpc_addr,
+            netty = ?netty_addr,
+            id = %server_id.id,
+            "uniffle roles listening"
+        );
+        Ok(UniffleNode {
+            addrs: UniffleAddrs {
+                coordinator: coordinator_addr,
+                server_grpc: grpc_addr,
+                server_netty: netty_addr,
+                server_id,
+            },
+            core,
+            nodes,
+            tasks,
+            cancel,
+        })
+    }
+
+    /// Stops accepting requests and waits for the listeners to close.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+fn available(store: &Store) -> i64 {
+    let b = store.budget();
+    b.capacity().saturating_sub(b.used()) as i64
+}

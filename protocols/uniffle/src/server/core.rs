@@ -1,0 +1,385 @@
+//! Request handling shared by the gRPC and Netty transports. Every method
+//! takes plain values and returns a typed [`UniffleError`] that the transport
+//! turns into its status code.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use switchyard_storage::{Block, BlockMeta, PartitionIndex, PartitionKey, Store};
+
+use super::apps::{AppState, ShuffleState};
+use super::tickets::Tickets;
+use crate::bitmap::IdBitmap;
+use crate::config::UniffleConfig;
+use crate::error::{Result, UniffleError};
+
+/// Blocks read from memory, as both transports return them.
+#[derive(Debug, Default)]
+pub struct MemoryData {
+    /// (block id, offset in `data`, length, uncompressed length, crc, task attempt id)
+    pub segments: Vec<SegmentMeta>,
+    pub data: Bytes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentMeta {
+    pub block_id: i64,
+    pub offset: i64,
+    pub length: i32,
+    pub uncompress_length: i32,
+    pub crc: i64,
+    pub task_attempt_id: i64,
+}
+
+/// A block as a client sends it.
+pub struct IncomingBlock {
+    pub block_id: i64,
+    pub length: i32,
+    pub uncompress_length: i32,
+    pub crc: i64,
+    pub task_attempt_id: i64,
+    pub data: Bytes,
+}
+
+pub struct ShuffleServerCore {
+    store: Arc<Store>,
+    apps: DashMap<String, Arc<AppState>>,
+    tickets: Tickets,
+    config: UniffleConfig,
+}
+
+impl ShuffleServerCore {
+    pub fn new(store: Arc<Store>, config: UniffleConfig) -> Arc<Self> {
+        Arc::new(ShuffleServerCore {
+            store,
+            apps: DashMap::new(),
+            tickets: Tickets::default(),
+            config,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &UniffleConfig {
+        &self.config
+    }
+
+    /// Expires tickets and forgets applications the store no longer has
+    /// (expired or removed), until `cancel` fires.
+    pub async fn run_housekeeping(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+        let period = (self.config.ticket_timeout / 4).max(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            let expired = self.tickets.expire(self.config.ticket_timeout);
+            if expired > 0 {
+                tracing::debug!(expired, "buffer tickets expired unused");
+                metrics::counter!("switchyard_uniffle_tickets_expired_total")
+                    .increment(expired as u64);
+            }
+            let gone: Vec<String> = self
+                .apps
+                .iter()
+                .filter(|a| !self.store.has_app(a.key()))
+                .map(|a| a.key().clone())
+                .collect();
+            for app in gone {
+                self.forget_app(&app);
+            }
+            metrics::gauge!("switchyard_uniffle_tickets").set(self.tickets.len() as f64);
+        }
+    }
+
+    fn forget_app(&self, app: &str) {
+        self.apps.remove(app);
+        self.tickets.remove_app(app);
+    }
+
+    /// The app's state, if it is registered here and alive in the store.
+    fn app(&self, app: &str) -> Result<Arc<AppState>> {
+        let state = self
+            .apps
+            .get(app)
+            .map(|a| a.clone())
+            .ok_or_else(|| UniffleError::NoRegister(app.to_string()))?;
+        if !self.store.heartbeat(app) {
+            // The store expired it: so do we.
+            self.forget_app(app);
+            return Err(UniffleError::NoRegister(app.to_string()));
+        }
+        Ok(state)
+    }
+
+    fn shuffle(&self, app: &str, shuffle: i32) -> Result<Arc<ShuffleState>> {
+        self.app(app)?
+            .shuffles
+            .get(&shuffle)
+            .map(|s| s.clone())
+            .ok_or_else(|| UniffleError::ShuffleNotRegistered {
+                app: app.to_string(),
+                shuffle,
+            })
+    }
+
+    // ---- registration ---------------------------------------------------
+
+    /// Registers partition ranges of a shuffle; idempotent. A higher stage
+    /// attempt (0.10+ stage retry) first removes the shuffle's old data.
+    /// Returns false when the request is for an older stage attempt.
+    pub async fn register_shuffle(
+        &self,
+        app: &str,
+        shuffle: i32,
+        ranges: Vec<(i32, i32)>,
+        stage_attempt: i32,
+    ) -> Result<bool> {
+        if app.is_empty() {
+            return Err(UniffleError::InvalidRequest("empty appId".into()));
+        }
+        if ranges.iter().any(|&(s, e)| s < 0 || e < s) {
+            return Err(UniffleError::InvalidRequest(format!(
+                "bad partition ranges {ranges:?}"
+            )));
+        }
+        self.store.register_app(app);
+        let state = self.apps.entry(app.to_string()).or_default().clone();
+        let existing = state.shuffles.get(&shuffle).map(|s| s.clone());
+        if let Some(s) = &existing {
+            let last = s.stage_attempt.load(std::sync::atomic::Ordering::Acquire);
+            if stage_attempt < last {
+                return Ok(false);
+            }
+            if stage_attempt > last {
+                tracing::info!(
+                    app,
+                    shuffle,
+                    stage_attempt,
+                    "stage retry: dropping the shuffle's earlier data"
+                );
+                state.shuffles.remove(&shuffle);
+                self.store.remove_shuffle(app, shuffle).await?;
+            }
+        }
+        let s = state.shuffles.entry(shuffle).or_default().clone();
+        s.stage_attempt
+            .store(stage_attempt, std::sync::atomic::Ordering::Release);
+        s.add_ranges(ranges);
+        Ok(true)
+    }
+
+    pub fn heartbeat(&self, app: &str) -> Result<()> {
+        self.app(app).map(|_| ())
+    }
+
+    pub fn has_app(&self, app: &str) -> bool {
+        self.apps.contains_key(app)
+    }
+
+    pub async fn unregister_shuffle(&self, app: &str, shuffle: i32) -> Result<()> {
+        if let Some(a) = self.apps.get(app).map(|a| a.clone()) {
+            a.shuffles.remove(&shuffle);
+        }
+        self.store.remove_shuffle(app, shuffle).await?;
+        Ok(())
+    }
+
+    pub async fn unregister_app(&self, app: &str) -> Result<()> {
+        self.forget_app(app);
+        self.store.remove_app(app).await?;
+        Ok(())
+    }
+
+    // ---- writes ---------------------------------------------------------
+
+    /// Reserves memory for a coming `sendShuffleData`; returns the ticket id.
+    pub fn require_buffer(&self, app: &str, shuffle: i32, size: i64) -> Result<i64> {
+        if size < 0 {
+            return Err(UniffleError::InvalidRequest(format!("requireSize {size}")));
+        }
+        // An empty app id is the legacy path: only the size is checked.
+        if !app.is_empty() {
+            self.shuffle(app, shuffle)?;
+        }
+        let reservation = self.store.reserve(size as u64)?;
+        Ok(self.tickets.issue(app, reservation))
+    }
+
+    /// Appends the blocks of one request, spending its ticket.
+    pub async fn send_shuffle_data(
+        &self,
+        app: &str,
+        shuffle: i32,
+        ticket: i64,
+        partitions: Vec<(i32, Vec<IncomingBlock>)>,
+    ) -> Result<()> {
+        let state = self.shuffle(app, shuffle)?;
+        if partitions.iter().all(|(_, b)| b.is_empty()) {
+            return Err(UniffleError::InvalidRequest("No data in request".into()));
+        }
+        let mut ticket = self
+            .tickets
+            .take(ticket)
+            .ok_or(UniffleError::UnknownTicket(ticket))?;
+        for (partition, blocks) in partitions {
+            if !state.has_partition(partition) {
+                return Err(UniffleError::ShuffleNotRegistered {
+                    app: app.to_string(),
+                    shuffle,
+                });
+            }
+            let mut out = Vec::with_capacity(blocks.len());
+            for b in blocks {
+                if b.length as usize != b.data.len() {
+                    return Err(UniffleError::InvalidRequest(format!(
+                        "block {} says length {} but carries {} bytes",
+                        b.block_id,
+                        b.length,
+                        b.data.len()
+                    )));
+                }
+                out.push(Block {
+                    meta: BlockMeta {
+                        block_id: b.block_id,
+                        map_id: b.task_attempt_id,
+                        batch_id: None,
+                        crc: b.crc,
+                        uncompressed_len: b.uncompress_length,
+                    },
+                    data: b.data,
+                });
+            }
+            let key = PartitionKey::new(app, shuffle, partition);
+            self.store
+                .append(&key, out, Some(&mut ticket.reservation))
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub fn report_shuffle_result(
+        &self,
+        app: &str,
+        shuffle: i32,
+        partitions: Vec<(i32, Vec<i64>)>,
+    ) -> Result<()> {
+        let state = self.shuffle(app, shuffle)?;
+        for (p, ids) in partitions {
+            state.report(p, &ids);
+        }
+        Ok(())
+    }
+
+    /// Reported block ids of the partitions, in Java's bitmap format. A shuffle
+    /// this server never saw reports an empty set.
+    pub fn shuffle_result(&self, app: &str, shuffle: i32, partitions: &[i32]) -> Result<Bytes> {
+        let app_state = self.app(app)?;
+        let bitmap = match app_state.shuffles.get(&shuffle) {
+            Some(s) => s.result(partitions),
+            None => IdBitmap::new(),
+        };
+        Ok(Bytes::from(bitmap.to_java_bytes()))
+    }
+
+    pub fn commit(&self, app: &str, shuffle: i32) -> Result<i32> {
+        Ok(self.shuffle(app, shuffle)?.commit())
+    }
+
+    /// Flushes every block of the shuffle and waits until it is durable.
+    pub async fn finish_shuffle(&self, app: &str, shuffle: i32) -> Result<()> {
+        self.shuffle(app, shuffle)?;
+        self.store.flush_shuffle(app, shuffle).await?;
+        Ok(())
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    /// Blocks in memory after `last_block_id` (-1: from the start), only of the
+    /// expected task attempts when a filter is given, until `max_bytes`.
+    pub fn memory_data(
+        &self,
+        app: &str,
+        shuffle: i32,
+        partition: i32,
+        last_block_id: i64,
+        max_bytes: i64,
+        expected_tasks: Option<&IdBitmap>,
+    ) -> Result<MemoryData> {
+        self.app(app)?;
+        let key = PartitionKey::new(app, shuffle, partition);
+        let after = (last_block_id != -1).then_some(last_block_id);
+        let keep = |b: &Block| expected_tasks.is_none_or(|t| t.contains_i64(b.meta.map_id));
+        let read = self
+            .store
+            .read_memory(&key, after, max_bytes.max(1) as u64, &keep)?;
+        let mut data = BytesMut::with_capacity(read.bytes() as usize);
+        let mut segments = Vec::with_capacity(read.blocks.len());
+        for b in &read.blocks {
+            segments.push(SegmentMeta {
+                block_id: b.meta.block_id,
+                offset: data.len() as i64,
+                length: b.data.len() as i32,
+                uncompress_length: b.meta.uncompressed_len,
+                crc: b.meta.crc,
+                task_attempt_id: b.meta.map_id,
+            });
+            data.extend_from_slice(&b.data);
+        }
+        Ok(MemoryData {
+            segments,
+            data: data.freeze(),
+        })
+    }
+
+    pub async fn local_index(
+        &self,
+        app: &str,
+        shuffle: i32,
+        partition: i32,
+    ) -> Result<PartitionIndex> {
+        self.app(app)?;
+        Ok(self
+            .store
+            .read_index(&PartitionKey::new(app, shuffle, partition))
+            .await?)
+    }
+
+    pub async fn local_data(
+        &self,
+        app: &str,
+        shuffle: i32,
+        partition: i32,
+        offset: i64,
+        length: i32,
+    ) -> Result<Bytes> {
+        self.app(app)?;
+        if offset < 0 || length < 0 {
+            return Err(UniffleError::InvalidRequest(format!(
+                "offset {offset} length {length}"
+            )));
+        }
+        Ok(self
+            .store
+            .read_data(
+                &PartitionKey::new(app, shuffle, partition),
+                offset as u64,
+                length as u64,
+            )
+            .await?)
+    }
+
+    /// Parses an expected-task filter; empty bytes mean no filter.
+    pub fn parse_filter(bytes: Option<&[u8]>) -> Result<Option<IdBitmap>> {
+        match bytes {
+            None | Some([]) => Ok(None),
+            Some(b) => IdBitmap::from_java_bytes(b).map(Some).map_err(|e| {
+                UniffleError::InvalidRequest(format!("expected task ids bitmap: {e}"))
+            }),
+        }
+    }
+}
