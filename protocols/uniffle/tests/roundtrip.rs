@@ -1,0 +1,614 @@
+//! The Uniffle protocol end to end with the project's Rust client: every
+//! request and response type over gRPC and Netty, spills to disk, large and
+//! empty reads, many connections, and bad input.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use bytesize::ByteSize;
+use switchyard_storage::{Store, StoreConfig};
+use switchyard_uniffle::bitmap::IdBitmap;
+use switchyard_uniffle::client::{ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport};
+use switchyard_uniffle::proto::*;
+use switchyard_uniffle::{UniffleConfig, UniffleNode};
+
+struct Env {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    node: UniffleNode,
+}
+
+async fn start(memory: u64) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sc = StoreConfig::default();
+    sc.memory.capacity = ByteSize::b(memory);
+    sc.memory.single_buffer_threshold = ByteSize::b(memory / 8);
+    sc.memory.spill_check_interval = Duration::from_millis(20);
+    sc.disks.dirs = vec![dir.path().join("d0"), dir.path().join("d1")];
+    let store = Store::open(sc).await.unwrap();
+    let uc = UniffleConfig {
+        coordinator_listen: "127.0.0.1:0".parse().unwrap(),
+        server_grpc_listen: "127.0.0.1:0".parse().unwrap(),
+        server_netty_listen: Some("127.0.0.1:0".parse().unwrap()),
+        max_message_size: ByteSize::mib(64),
+        max_frame_size: ByteSize::mib(64),
+        ..Default::default()
+    };
+    let node = UniffleNode::start(uc, store.clone()).await.unwrap();
+    Env {
+        _dir: dir,
+        store,
+        node,
+    }
+}
+
+impl Env {
+    fn coordinator(&self) -> String {
+        self.node.addrs.coordinator.to_string()
+    }
+    fn server(&self) -> ShuffleServerId {
+        self.node.addrs.server_id.clone()
+    }
+}
+
+/// Deterministic block bytes from the id.
+fn data(id: i64, len: usize) -> Bytes {
+    Bytes::from(
+        (0..len)
+            .map(|i| (id as usize * 131 + i * 7) as u8)
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Like Spark's layout: sequence << 42 | partition << 22 | task.
+fn block_id(seq: i64, partition: i64, task: i64) -> i64 {
+    (seq << 42) | (partition << 22) | task
+}
+
+/// M map tasks write blocks for P partitions, report them, then every
+/// partition is read back and compared.
+async fn write_and_read(
+    env: &Env,
+    transport: Transport,
+    app: &str,
+    maps: i64,
+    partitions: i32,
+    block_len: usize,
+    blocks_per: i64,
+) {
+    let mut coordinator = Coordinator::connect(&env.coordinator()).await.unwrap();
+    let conf = coordinator.client_conf().await.unwrap();
+    assert!(conf.contains(&("spark.rss.storage.type".into(), "MEMORY_LOCALFILE".into())));
+    let assignments = coordinator
+        .assignments(app, 0, partitions, transport)
+        .await
+        .unwrap();
+    let covered: i32 = assignments
+        .iter()
+        .map(|a| a.end_partition - a.start_partition + 1)
+        .sum();
+    assert_eq!(covered, partitions, "every partition assigned");
+    let server = assignments[0].server[0].clone();
+    assert_eq!(server, env.server());
+    let mut admin = ShuffleServer::connect(&server, transport).await.unwrap();
+    admin
+        .register_shuffle(app, 0, &[(0, partitions - 1)])
+        .await
+        .unwrap();
+
+    let mut expected: HashMap<i32, Vec<ClientBlock>> = HashMap::new();
+    let mut tasks = Vec::new();
+    for task in 0..maps {
+        let server = server.clone();
+        let app = app.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut client = ShuffleServer::connect(&server, transport).await.unwrap();
+            let mut written: HashMap<i32, Vec<ClientBlock>> = HashMap::new();
+            for seq in 0..blocks_per {
+                let batch: Vec<(i32, Vec<ClientBlock>)> = (0..partitions)
+                    .map(|p| {
+                        let id = block_id(seq, p as i64, task);
+                        (p, vec![ClientBlock::new(id, task, data(id, block_len))])
+                    })
+                    .collect();
+                for (p, b) in &batch {
+                    written.entry(*p).or_default().extend(b.iter().cloned());
+                }
+                client.send(&app, 0, batch).await.unwrap();
+            }
+            let ids = written
+                .iter()
+                .map(|(p, b)| (*p, b.iter().map(|b| b.block_id).collect()))
+                .collect();
+            client.report(&app, 0, task, ids).await.unwrap();
+            written
+        }));
+    }
+    for t in tasks {
+        for (p, b) in t.await.unwrap() {
+            expected.entry(p).or_default().extend(b);
+        }
+    }
+    let mut reader = ShuffleServer::connect(&server, transport).await.unwrap();
+    for p in 0..partitions {
+        let bitmap = reader.shuffle_result(app, 0, vec![p]).await.unwrap();
+        assert_eq!(bitmap.len(), (maps * blocks_per) as u64);
+        let got = reader
+            .read_partition(
+                app,
+                0,
+                p,
+                &bitmap,
+                ReadOptions {
+                    read_buffer_size: 256 << 10,
+                },
+            )
+            .await
+            .unwrap();
+        let mut got_ids: Vec<i64> = got.iter().map(|b| b.block_id).collect();
+        let mut want = expected[&p].clone();
+        want.sort_by_key(|b| b.block_id);
+        got_ids.sort();
+        assert_eq!(got_ids, want.iter().map(|b| b.block_id).collect::<Vec<_>>());
+        let by_id: HashMap<i64, &ClientBlock> = got.iter().map(|b| (b.block_id, b)).collect();
+        for w in &want {
+            assert_eq!(by_id[&w.block_id], w, "block {} differs", w.block_id);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_write_spill_and_read_back() {
+    // 4 MiB of memory for ~12 MiB of data: most of it is read from disk.
+    let env = start(4 << 20).await;
+    write_and_read(&env, Transport::Grpc, "app-grpc", 6, 8, 32 << 10, 8).await;
+    let status = env.store.status();
+    assert!(status.operations.spills > 0, "data spilled");
+    assert!(status.tiers.disk > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn netty_write_spill_and_read_back() {
+    let env = start(4 << 20).await;
+    write_and_read(&env, Transport::GrpcNetty, "app-netty", 6, 8, 32 << 10, 8).await;
+    assert!(env.store.status().tiers.disk > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_blocks_and_empty_partitions() {
+    let env = start(64 << 20).await;
+    for transport in [Transport::Grpc, Transport::GrpcNetty] {
+        let app = format!("app-large-{transport:?}");
+        let mut s = ShuffleServer::connect(&env.server(), transport)
+            .await
+            .unwrap();
+        s.register_shuffle(&app, 0, &[(0, 2)]).await.unwrap();
+        // One 8 MiB block: bigger than a read buffer, in one send.
+        let big = ClientBlock::new(block_id(0, 1, 0), 0, data(7, 8 << 20));
+        s.send(&app, 0, vec![(1, vec![big.clone()])]).await.unwrap();
+        s.report(&app, 0, 0, HashMap::from([(1, vec![big.block_id])]))
+            .await
+            .unwrap();
+        env.store.flush_shuffle(&app, 0).await.unwrap();
+        let bitmap = s.shuffle_result(&app, 0, vec![1]).await.unwrap();
+        let got = s
+            .read_partition(&app, 0, 1, &bitmap, ReadOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(got, vec![big]);
+        // An empty partition: empty memory read, empty index, empty result.
+        let empty = s.shuffle_result(&app, 0, vec![2]).await.unwrap();
+        assert!(empty.is_empty());
+        let (index, len) = s.index(&app, 0, 2).await.unwrap();
+        assert!(index.is_empty());
+        assert_eq!(len, 0);
+        assert!(s
+            .read_partition(&app, 0, 2, &empty, ReadOptions::default())
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_reads_page_by_last_block_and_filter_by_task() {
+    let env = start(64 << 20).await;
+    let app = "app-pages";
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    s.register_shuffle(app, 0, &[(0, 0)]).await.unwrap();
+    let blocks: Vec<ClientBlock> = (0..10)
+        .map(|i| ClientBlock::new(block_id(i, 0, i % 2), i % 2, data(i, 1000)))
+        .collect();
+    s.send(app, 0, vec![(0, blocks.clone())]).await.unwrap();
+    let page = |last: i64, filter: Option<&IdBitmap>| GetMemoryShuffleDataRequest {
+        app_id: app.into(),
+        shuffle_id: 0,
+        partition_id: 0,
+        last_block_id: last,
+        read_buffer_size: 2500,
+        timestamp: 0,
+        serialized_expected_task_ids_bitmap: Some(
+            filter
+                .map(|f| Bytes::from(f.to_java_bytes()))
+                .unwrap_or_default(),
+        ),
+    };
+    let r = s
+        .grpc()
+        .get_memory_shuffle_data(page(-1, None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32);
+    assert_eq!(
+        r.shuffle_data_block_segments.len(),
+        3,
+        "stops once 2500 bytes are reached"
+    );
+    assert_eq!(r.shuffle_data_block_segments[1].offset, 1000);
+    assert_eq!(&r.data[1000..2000], &blocks[1].data[..]);
+    let last = r.shuffle_data_block_segments[2].block_id;
+    let r = s
+        .grpc()
+        .get_memory_shuffle_data(page(last, None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.shuffle_data_block_segments[0].block_id,
+        blocks[3].block_id
+    );
+    let mut odd = IdBitmap::new();
+    odd.insert_i64(1);
+    let r = s
+        .grpc()
+        .get_memory_shuffle_data(page(-1, Some(&odd)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r
+        .shuffle_data_block_segments
+        .iter()
+        .all(|seg| seg.task_attempt_id == 1));
+    assert_eq!(r.shuffle_data_block_segments.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_errors_get_status_codes_and_harm_no_one() {
+    let env = start(1 << 20).await;
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    // A healthy app that must be unaffected by everything below.
+    let good = "app-good";
+    s.register_shuffle(good, 0, &[(0, 0)]).await.unwrap();
+    let b = ClientBlock::new(1, 0, data(1, 100));
+    s.send(good, 0, vec![(0, vec![b.clone()])]).await.unwrap();
+    s.report(good, 0, 0, HashMap::from([(0, vec![1])]))
+        .await
+        .unwrap();
+
+    // Unknown app: NO_REGISTER everywhere.
+    let r = s
+        .grpc()
+        .app_heartbeat(AppHeartBeatRequest {
+            app_id: "nope".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::NoRegister as i32);
+    let r = s
+        .grpc()
+        .require_buffer(RequireBufferRequest {
+            require_size: 10,
+            app_id: "nope".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.status, r.require_buffer_id),
+        (StatusCode::NoRegister as i32, -1)
+    );
+    let r = s
+        .grpc()
+        .send_shuffle_data(SendShuffleDataRequest {
+            app_id: "nope".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::NoRegister as i32);
+    // Unknown or reused ticket: INTERNAL_ERROR (the client re-requires).
+    let send = |ticket: i64| SendShuffleDataRequest {
+        app_id: good.into(),
+        shuffle_id: 0,
+        require_buffer_id: ticket,
+        shuffle_data: vec![ShuffleData {
+            partition_id: 0,
+            block: vec![ShuffleBlock {
+                block_id: 2,
+                length: 3,
+                data: Bytes::from_static(b"abc"),
+                ..Default::default()
+            }],
+        }],
+        ..Default::default()
+    };
+    let r = s
+        .grpc()
+        .send_shuffle_data(send(424242))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::InternalError as i32);
+    assert!(r.ret_msg.contains("requireBufferId"), "{}", r.ret_msg);
+    // A block whose length field lies about its data.
+    let ticket = s.require_buffer(good, 0, 100, vec![0]).await.unwrap();
+    let mut lying = send(ticket);
+    lying.shuffle_data[0].block[0].length = 99;
+    let r = s
+        .grpc()
+        .send_shuffle_data(lying)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::InvalidRequest as i32);
+    // More memory than the whole budget: NO_BUFFER, not a crash.
+    let r = s
+        .grpc()
+        .require_buffer(RequireBufferRequest {
+            require_size: 2 << 20,
+            app_id: good.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(r.status, StatusCode::Success as i32);
+    // An unregistered partition of a registered shuffle.
+    let ticket = s.require_buffer(good, 0, 100, vec![5]).await.unwrap();
+    let mut other = send(ticket);
+    other.shuffle_data[0].partition_id = 5;
+    let r = s
+        .grpc()
+        .send_shuffle_data(other)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::NoRegister as i32);
+    // Reads past the data.
+    env.store.flush_shuffle(good, 0).await.unwrap();
+    let err = s.data(good, 0, 0, 50, 100).await.unwrap_err();
+    assert!(
+        err.to_string().contains("INTERNAL_ERROR") || err.to_string().contains("InternalError"),
+        "{err}"
+    );
+    // A malformed bitmap filter.
+    let r = s
+        .grpc()
+        .get_memory_shuffle_data(GetMemoryShuffleDataRequest {
+            app_id: good.into(),
+            serialized_expected_task_ids_bitmap: Some(Bytes::from_static(&[7, 7, 7])),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::InvalidRequest as i32);
+    // An oversized gRPC message is refused by the transport.
+    let huge = ShuffleBlock {
+        block_id: 3,
+        length: 65 << 20,
+        data: Bytes::from(vec![0u8; 65 << 20]),
+        ..Default::default()
+    };
+    let r = s
+        .grpc()
+        .send_shuffle_data(SendShuffleDataRequest {
+            app_id: good.into(),
+            shuffle_data: vec![ShuffleData {
+                partition_id: 0,
+                block: vec![huge],
+            }],
+            ..Default::default()
+        })
+        .await;
+    assert!(r.is_err(), "a 65 MiB message is over the 64 MiB limit");
+
+    // Garbage on the Netty port closes that connection only.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(env.node.addrs.server_netty.unwrap())
+            .await
+            .unwrap();
+        raw.write_all(&[0xff, 0xff, 0xff, 0xff, 99, 0, 0, 0, 1, 1, 2, 3])
+            .await
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), raw.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 0, "the server closes a connection that sent a bad frame");
+    }
+
+    // The good app is intact and readable.
+    let bitmap = s.shuffle_result(good, 0, vec![0]).await.unwrap();
+    let got = s
+        .read_partition(good, 0, 0, &bitmap, ReadOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(got, vec![b]);
+    assert!(env.store.budget().used() <= 1 << 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_netty_connections() {
+    let env = start(32 << 20).await;
+    let app = "app-conns";
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    s.register_shuffle(app, 0, &[(0, 63)]).await.unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..64i64 {
+        let server = env.server();
+        tasks.push(tokio::spawn(async move {
+            let mut client = ShuffleServer::connect(&server, Transport::GrpcNetty)
+                .await
+                .unwrap();
+            let b = ClientBlock::new(block_id(0, c, c), c, data(c, 4096));
+            client
+                .send(app, 0, vec![(c as i32, vec![b.clone()])])
+                .await
+                .unwrap();
+            client
+                .report(app, 0, c, HashMap::from([(c as i32, vec![b.block_id])]))
+                .await
+                .unwrap();
+            let bitmap = client.shuffle_result(app, 0, vec![c as i32]).await.unwrap();
+            let got = client
+                .read_partition(app, 0, c as i32, &bitmap, ReadOptions::default())
+                .await
+                .unwrap();
+            assert_eq!(got, vec![b]);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_finish_unregister_and_heartbeat() {
+    let env = start(16 << 20).await;
+    let app = "app-life";
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    s.register_shuffle(app, 0, &[(0, 1)]).await.unwrap();
+    s.register_shuffle(app, 0, &[(0, 1)]).await.unwrap(); // idempotent
+    s.send(
+        app,
+        0,
+        vec![(0, vec![ClientBlock::new(1, 0, data(1, 5000))])],
+    )
+    .await
+    .unwrap();
+    for expected in 1..=3 {
+        let r = s
+            .grpc()
+            .commit_shuffle_task(ShuffleCommitRequest {
+                app_id: app.into(),
+                shuffle_id: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.commit_count, expected);
+    }
+    let r = s
+        .grpc()
+        .finish_shuffle(FinishShuffleRequest {
+            app_id: app.into(),
+            shuffle_id: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32);
+    assert_eq!(
+        env.store.status().tiers.disk,
+        5000,
+        "finishShuffle made the data durable"
+    );
+    let r = s
+        .grpc()
+        .app_heartbeat(AppHeartBeatRequest { app_id: app.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32);
+    s.unregister_app(app).await.unwrap();
+    for _ in 0..100 {
+        if !env.store.has_app(app) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!env.store.has_app(app));
+    assert_eq!(env.store.status().tiers.disk, 0, "files removed");
+    let r = s
+        .grpc()
+        .app_heartbeat(AppHeartBeatRequest { app_id: app.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::NoRegister as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_matches_tags_and_accepts_remote_heartbeats() {
+    let env = start(16 << 20).await;
+    let mut c = Coordinator::connect(&env.coordinator()).await.unwrap();
+    let mut raw =
+        switchyard_uniffle::proto::coordinator_server_client::CoordinatorServerClient::connect(
+            format!("http://{}", env.coordinator()),
+        )
+        .await
+        .unwrap();
+    // A client asking for a tag nobody has gets the upstream error text.
+    let r = raw
+        .get_shuffle_assignments(GetShuffleServerRequest {
+            partition_num: 4,
+            data_replica: 1,
+            require_tags: vec!["ss_v5".into(), "GRPC".into(), "gpu".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::InternalError as i32);
+    assert!(r.ret_msg.contains("There isn't enough shuffle servers"));
+    // Another node heartbeats in; assignments now spread over both.
+    let other = ShuffleServerId {
+        id: "10.0.0.9-20000".into(),
+        ip: "10.0.0.9".into(),
+        port: 20000,
+        netty_port: -1,
+        jetty_port: 0,
+    };
+    let r = raw
+        .heartbeat(ShuffleServerHeartBeatRequest {
+            server_id: Some(other.clone()),
+            available_memory: 1,
+            tags: vec!["ss_v5".into(), "GRPC".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32);
+    let a = c.assignments("x", 0, 10, Transport::Grpc).await.unwrap();
+    let servers: std::collections::HashSet<String> = a
+        .iter()
+        .flat_map(|r| r.server.iter().map(|s| s.id.clone()))
+        .collect();
+    assert_eq!(servers.len(), 2);
+    // GRPC_NETTY clients only get nodes with a Netty port.
+    let a = c
+        .assignments("x", 0, 10, Transport::GrpcNetty)
+        .await
+        .unwrap();
+    assert!(a.iter().all(|r| r.server[0] == env.server()));
+    let n = raw.get_shuffle_server_num(()).await.unwrap().into_inner();
+    assert_eq!(n.num, 2);
+}
