@@ -30,6 +30,8 @@ pub enum Command {
 pub enum BenchCommand {
     /// The block store on one data directory, against raw sequential I/O.
     Storage(crate::bench::storage::StorageBenchArgs),
+    /// Any Uniffle deployment through its coordinator: write, read, verify.
+    Uniffle(crate::bench::uniffle::UniffleBenchArgs),
 }
 
 #[derive(Debug, Args)]

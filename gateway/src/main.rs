@@ -45,6 +45,7 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
     runtime.block_on(async move {
         match bench {
             BenchCommand::Storage(args) => bench::storage::run(args).await,
+            BenchCommand::Uniffle(args) => bench::uniffle::run(args).await,
         }
     })
 }
