@@ -59,7 +59,9 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let total = (total_blocks * block_size) as u64;
     let app = format!(
         "bench-{}",
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis()
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis()
     );
     println!(
         "uniffle bench: {} in {} blocks of {} over {} partitions, {} mappers, {:?}, coordinator {}",
@@ -123,7 +125,9 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
             let mut pending: HashMap<String, Vec<(i32, Vec<ClientBlock>)>> = HashMap::new();
             let mut seq = 0i64;
             let mut i = m;
-            let flush = |server: String, batch: Vec<(i32, Vec<ClientBlock>)>, clients: &mut HashMap<String, ShuffleServer>| {
+            let flush = |server: String,
+                         batch: Vec<(i32, Vec<ClientBlock>)>,
+                         clients: &mut HashMap<String, ShuffleServer>| {
                 let client = clients.remove(&server);
                 let owner = owner.clone();
                 let app = app.clone();
@@ -150,7 +154,12 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
                 // A fresh copy per block, as a client serializes it.
                 let data = Bytes::copy_from_slice(&pattern[start..start + block_size]);
                 let server = owner[&partition].id.clone();
-                reported.entry(server.clone()).or_default().entry(partition).or_default().push(id);
+                reported
+                    .entry(server.clone())
+                    .or_default()
+                    .entry(partition)
+                    .or_default()
+                    .push(id);
                 let batch = pending.entry(server.clone()).or_default();
                 match batch.iter_mut().find(|(p, _)| *p == partition) {
                     Some((_, blocks)) => blocks.push(ClientBlock::new(id, m as i64, data)),

@@ -27,6 +27,7 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import scala.Tuple2;
+import scala.Tuple3;
 
 /**
  * The jobs. Every input is generated from fixed seeds inside the tasks, so each job gives the same
@@ -267,7 +268,9 @@ public final class Jobs {
    */
   public static List<PartitionDigest> largeShuffle(SparkSession spark, long records) {
     final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
-    List<Tuple2<Integer, PartitionDigest>> parts =
+    // (partition, count, hashSum); Spark's Kryo (4.x) cannot serialize Java records, so the
+    // record type is only built on the driver.
+    List<Tuple3<Integer, Long, Long>> parts =
         jsc(spark)
             .parallelize(range(LARGE_MAPS), LARGE_MAPS)
             .flatMapToPair(p -> new RecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap))))
@@ -281,7 +284,7 @@ public final class Jobs {
                     n++;
                     h += recordHash(t._1(), t._2());
                   }
-                  return Collections.singletonList(new Tuple2<>(idx, new PartitionDigest(n, h))).iterator();
+                  return Collections.singletonList(new Tuple3<>(idx, n, h)).iterator();
                 },
                 true)
             .collect();
@@ -291,8 +294,8 @@ public final class Jobs {
       if (parts.get(i)._1() != i) {
         throw new AssertionError("partition " + parts.get(i)._1() + " at position " + i);
       }
-      out.add(parts.get(i)._2());
-      total += parts.get(i)._2().count();
+      out.add(new PartitionDigest(parts.get(i)._2(), parts.get(i)._3()));
+      total += parts.get(i)._2();
     }
     if (total != records) {
       throw new AssertionError("large job: " + total + " records after the shuffle, " + records + " before");

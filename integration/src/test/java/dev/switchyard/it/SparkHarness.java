@@ -6,9 +6,13 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
+import java.util.concurrent.atomic.LongAdder;
 import java.util.function.BiConsumer;
 import java.util.function.Function;
 import org.apache.spark.SparkConf;
+import org.apache.spark.executor.TaskMetrics;
+import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.sql.SparkSession;
 
 /**
@@ -18,7 +22,7 @@ import org.apache.spark.sql.SparkSession;
  * <p>System properties: {@code uniffle.client.type} (GRPC | GRPC_NETTY, default GRPC),
  * {@code switchyard.vanillaOnly=true} (no server: the job runs twice on Spark's own shuffle and
  * the two results are compared, which checks that the job is deterministic), {@code
- * uniffle.client.label} (printed in the timing lines).
+ * uniffle.client.jar} / {@code uniffle.client.version} (which client; printed in the timing lines).
  */
 public final class SparkHarness {
 
@@ -41,8 +45,19 @@ public final class SparkHarness {
     return t;
   }
 
+  /** The client jar given with -Duniffle.client.jar, or null when the Maven one is used. */
+  public static String clientJar() {
+    String jar = System.getProperty("uniffle.client.jar", "");
+    return jar.isEmpty() ? null : jar;
+  }
+
+  /** "maven:0.9.2" or "jar:<file name>", for log lines. */
   public static String clientLabel() {
-    return System.getProperty("uniffle.client.label", "uniffle " + System.getProperty("uniffle.client.version", "?"));
+    String jar = clientJar();
+    if (jar != null) {
+      return "jar:" + Paths.get(jar).getFileName();
+    }
+    return "maven:" + System.getProperty("uniffle.client.version", "?");
   }
 
   /** Settings shared by both sides: local[4] on loopback, no UI, Kryo. */
@@ -81,8 +96,6 @@ public final class SparkHarness {
         // Smaller buffers than the defaults, as in Uniffle's ITs: more blocks, more reads.
         .set("spark.rss.writer.buffer.size", "4m")
         .set("spark.rss.writer.buffer.spill.size", "32m")
-        .set("spark.rss.writer.serializer.buffer.size", "128k")
-        .set("spark.rss.writer.buffer.segment.size", "256k")
         .set("spark.rss.client.read.buffer.size", "1m")
         .set("spark.rss.index.read.limit", "100")
         // Fail fast-ish. retry.max * retry.interval.max must be <= send.check.timeout.ms.
@@ -104,11 +117,20 @@ public final class SparkHarness {
     SparkSession.clearDefaultSession();
     long start = System.nanoTime();
     SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
+    ShuffleBytes bytes = new ShuffleBytes();
+    spark.sparkContext().addSparkListener(bytes);
     long started = System.nanoTime();
     try {
       T result = job.apply(spark);
       long done = System.nanoTime();
-      return new Timed<>(result, (started - start) / 1_000_000, (done - started) / 1_000_000);
+      // listener events are delivered asynchronously
+      try {
+        spark.sparkContext().listenerBus().waitUntilEmpty(10_000);
+      } catch (java.util.concurrent.TimeoutException e) {
+        System.err.println("listener bus not drained: shuffle byte counts may be low");
+      }
+      return new Timed<>(
+          result, (started - start) / 1_000_000, (done - started) / 1_000_000, bytes.written.sum(), bytes.read.sum());
     } finally {
       spark.stop();
       SparkSession.clearActiveSession();
@@ -116,8 +138,26 @@ public final class SparkHarness {
     }
   }
 
-  /** A job's result and how long the session start and the job itself took. */
-  public record Timed<T>(T value, long startupMillis, long jobMillis) {}
+  /**
+   * A job's result, how long the session start and the job itself took, and the shuffle bytes
+   * Spark's task metrics report as written and read (remote + local).
+   */
+  public record Timed<T>(T value, long startupMillis, long jobMillis, long shuffleBytesWritten, long shuffleBytesRead) {}
+
+  /** Adds up shuffle write/read bytes over all tasks of a SparkContext. */
+  static final class ShuffleBytes extends SparkListener {
+    final LongAdder written = new LongAdder();
+    final LongAdder read = new LongAdder();
+
+    @Override
+    public void onTaskEnd(SparkListenerTaskEnd taskEnd) {
+      TaskMetrics m = taskEnd.taskMetrics();
+      if (m != null) {
+        written.add(m.shuffleWriteMetrics().bytesWritten());
+        read.add(m.shuffleReadMetrics().totalBytesRead());
+      }
+    }
+  }
 
   /**
    * Runs the job on Spark's own shuffle, then through {@code server} with the Uniffle client, and
@@ -150,11 +190,18 @@ public final class SparkHarness {
       server.assertAlive();
     }
     String line = String.format(
-        "%-14s vanilla %6d ms (+%5d ms start) | %s %6d ms (+%5d ms start)",
-        jobName, expected.jobMillis(), expected.startupMillis(), otherLabel, actual.jobMillis(), actual.startupMillis());
+        "%-14s vanilla %6d ms (+%5d ms start, shuffle w/r %s/%s) | %s %6d ms (+%5d ms start, shuffle w/r %s/%s)",
+        jobName, expected.jobMillis(), expected.startupMillis(),
+        mb(expected.shuffleBytesWritten()), mb(expected.shuffleBytesRead()),
+        otherLabel, actual.jobMillis(), actual.startupMillis(),
+        mb(actual.shuffleBytesWritten()), mb(actual.shuffleBytesRead()));
     System.out.println("[timing] " + line);
     appendTiming(line);
     assertSame.accept(expected.value(), actual.value());
+  }
+
+  static String mb(long bytes) {
+    return String.format("%.1f MB", bytes / 1e6);
   }
 
   static void appendTiming(String line) {

@@ -47,6 +47,7 @@ public final class SwitchyardProcess implements AutoCloseable {
   private final int nettyPort;
   private final String memoryCapacity;
   private Process process;
+  private Thread shutdownHook;
 
   private SwitchyardProcess(String name, String memoryCapacity) throws IOException {
     this.name = name;
@@ -142,6 +143,10 @@ public final class SwitchyardProcess implements AutoCloseable {
         "# " + String.join(" ", pb.command()) + "\n# config:\n" + configText().replaceAll("(?m)^", "#   ") + "\n",
         StandardCharsets.UTF_8);
     process = pb.start();
+    // If the test JVM ends without close() (crash, surefire timeout), do not leave the server behind.
+    Process started = process;
+    shutdownHook = new Thread(() -> started.destroyForcibly(), "switchyard-" + name + "-reaper");
+    Runtime.getRuntime().addShutdownHook(shutdownHook);
     System.out.printf(
         "[switchyard:%s] pid %d, coordinator %s, grpc %d, netty %d, admin %d, memory %s, log %s%n",
         name, process.pid(), coordinatorQuorum(), grpcPort, nettyPort, adminPort, memoryCapacity, logFile);
@@ -259,6 +264,14 @@ public final class SwitchyardProcess implements AutoCloseable {
             "[switchyard:%s] stopped in %d ms, exit status %d%n",
             name, (System.nanoTime() - start) / 1_000_000, process.exitValue());
       }
+    }
+    if (shutdownHook != null) {
+      try {
+        Runtime.getRuntime().removeShutdownHook(shutdownHook);
+      } catch (IllegalStateException e) {
+        // the JVM is already shutting down
+      }
+      shutdownHook = null;
     }
     if (!Boolean.getBoolean("switchyard.keepData")) {
       deleteRecursively(workDir);

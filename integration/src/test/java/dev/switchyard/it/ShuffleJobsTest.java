@@ -11,14 +11,14 @@ import org.junit.jupiter.api.Timeout;
  * Uniffle client (one switchyard process, 256 MiB memory, for the whole class).
  */
 @Timeout(value = 5, unit = java.util.concurrent.TimeUnit.MINUTES)
-class SparkJobsTest {
+class ShuffleJobsTest {
 
   static SwitchyardProcess server;
 
   @BeforeAll
   static void startServer() throws Exception {
     System.out.println(
-        "[suite] SparkJobsTest: client " + SparkHarness.clientLabel() + ", transport " + SparkHarness.clientType()
+        "[suite] ShuffleJobsTest: client " + SparkHarness.clientLabel() + ", transport " + SparkHarness.clientType()
             + (SparkHarness.vanillaOnly() ? ", VANILLA ONLY (no switchyard)" : ""));
     if (!SparkHarness.vanillaOnly()) {
       server = SwitchyardProcess.start("jobs", "256MiB");

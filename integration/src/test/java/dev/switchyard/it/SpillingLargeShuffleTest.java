@@ -19,7 +19,7 @@ import org.junit.jupiter.api.Timeout;
  * (count and sum of record hashes). {@code -Dswitchyard.large.records=N} changes the size.
  */
 @Timeout(value = 10, unit = java.util.concurrent.TimeUnit.MINUTES)
-class LargeShuffleTest {
+class SpillingLargeShuffleTest {
 
   static SwitchyardProcess server;
 
@@ -42,7 +42,7 @@ class LargeShuffleTest {
   void largeShuffleSpillsToDisk() throws Exception {
     long records = Jobs.largeRecords();
     System.out.printf(
-        "[suite] LargeShuffleTest: %d records, ~%d MB shuffled%n",
+        "[suite] SpillingLargeShuffleTest: %d records, ~%d MB shuffled%n",
         records, records * (Jobs.LARGE_PAYLOAD + 10) / 1_000_000);
     DiskSampler disk = server == null ? null : new DiskSampler(server.dataDir());
     try {
