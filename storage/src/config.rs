@@ -34,6 +34,9 @@ pub struct MemoryConfig {
     pub spill_check_interval: Duration,
     /// Cache of recently read index data (bytes). Default 64 MiB.
     pub index_cache: ByteSize,
+    /// Bytes that reads of persisted data may hold at once; further reads
+    /// wait. Default 256 MiB.
+    pub read_capacity: ByteSize,
 }
 
 impl Default for MemoryConfig {
@@ -45,6 +48,7 @@ impl Default for MemoryConfig {
             single_buffer_threshold: ByteSize::mib(64),
             spill_check_interval: Duration::from_millis(200),
             index_cache: ByteSize::mib(64),
+            read_capacity: ByteSize::mib(256),
         }
     }
 }
@@ -155,6 +159,9 @@ impl StoreConfig {
         let m = &self.memory;
         if m.capacity.as_u64() == 0 {
             return Err("memory.capacity must be > 0".into());
+        }
+        if m.read_capacity.as_u64() < 1024 {
+            return Err("memory.read_capacity must be at least 1 KiB".into());
         }
         if !(0.0 < m.low_watermark && m.low_watermark < m.high_watermark && m.high_watermark <= 1.0)
         {

@@ -55,6 +55,9 @@ pub struct Store {
     pub(crate) apps: DashMap<AppId, Arc<App>>,
     pub(crate) index_cache: moka::future::Cache<(u64, u64), Bytes>,
     pub(crate) flush_slots: Arc<Semaphore>,
+    /// Read budget in KiB units: bounds the memory that reads hold at once.
+    pub(crate) read_budget: Semaphore,
+    read_budget_kib: u32,
     pub(crate) next_segment: AtomicU64,
     pub(crate) spill_wakeup: tokio::sync::Notify,
     pub(crate) counters: crate::status::Counters,
@@ -100,6 +103,7 @@ impl Store {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
+        let read_budget_kib = (config.memory.read_capacity.as_u64() / 1024).min(u32::MAX as u64) as u32;
         let store = Arc::new(Store {
             budget: Arc::new(MemoryBudget::new(config.memory.capacity.as_u64())),
             disks,
@@ -107,6 +111,8 @@ impl Store {
             apps: DashMap::new(),
             index_cache,
             flush_slots: Arc::new(Semaphore::new(flush_slots.max(1))),
+            read_budget: Semaphore::new(read_budget_kib as usize),
+            read_budget_kib,
             next_segment: AtomicU64::new(uid_start),
             spill_wakeup: tokio::sync::Notify::new(),
             counters: Default::default(),
@@ -398,6 +404,13 @@ impl Store {
                 size,
             });
         }
+        // A read larger than the whole budget takes all of it, alone.
+        let kib = (len.div_ceil(1024)).min(self.read_budget_kib as u64) as u32;
+        let _budget = self
+            .read_budget
+            .acquire_many(kib)
+            .await
+            .map_err(|_| StorageError::ShuttingDown)?;
         let mut pieces = Vec::new();
         for seg in &segments {
             let seg_end = seg.logical_start + seg.len();

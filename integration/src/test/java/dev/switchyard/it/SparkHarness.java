@@ -177,6 +177,7 @@ public final class SparkHarness {
       String type = clientType();
       otherLabel = "rss " + type + " (" + clientLabel() + ")";
       SparkConf rssConf = withUniffle(baseConf("rss-" + jobName), server.coordinatorQuorum(), type);
+      long appendedBefore = server.appendedBytes();
       try {
         actual = runApp(rssConf, job);
       } catch (RuntimeException | Error e) {
@@ -188,6 +189,14 @@ public final class SparkHarness {
                 + (server == null ? "-" : server.logFile()), e);
       }
       server.assertAlive();
+      // The shuffle really went through Switchyard: its store took at least
+      // the bytes Spark reports as written (retries may add duplicates).
+      long appended = server.appendedBytes() - appendedBefore;
+      if (appended <= 0 || appended < actual.shuffleBytesWritten()) {
+        throw new AssertionError(String.format(
+            "%s: switchyard stored %d bytes but Spark wrote %d shuffle bytes", jobName, appended,
+            actual.shuffleBytesWritten()));
+      }
     }
     String line = String.format(
         "%-14s vanilla %6d ms (+%5d ms start, shuffle w/r %s/%s) | %s %6d ms (+%5d ms start, shuffle w/r %s/%s)",

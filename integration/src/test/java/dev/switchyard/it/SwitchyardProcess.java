@@ -109,8 +109,6 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "server_grpc_listen = \"127.0.0.1:" + grpcPort + "\"\n"
         + "server_netty_listen = \"127.0.0.1:" + nettyPort + "\"\n"
         + "advertised_host = \"127.0.0.1\"\n"
-        + "[celeborn]\n"
-        + "enabled = false\n"
         + "[storage.memory]\n"
         + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
         + "[storage.disks]\n"
@@ -224,6 +222,21 @@ public final class SwitchyardProcess implements AutoCloseable {
 
   public Path dataDir() {
     return workDir.resolve("data");
+  }
+
+  /** Bytes of blocks the store has accepted since it started, from {@code /api/v1/status}. */
+  public long appendedBytes() {
+    try {
+      String body = adminGet("/api/v1/status");
+      java.util.regex.Matcher m =
+          java.util.regex.Pattern.compile("\"appended_bytes\"\\s*:\\s*(\\d+)").matcher(body);
+      if (!m.find()) {
+        throw new AssertionError("no appended_bytes in /api/v1/status: " + body);
+      }
+      return Long.parseLong(m.group(1));
+    } catch (IOException | InterruptedException e) {
+      throw new AssertionError("cannot read /api/v1/status", e);
+    }
   }
 
   /** GET on the admin server (e.g. {@code /metrics}); for diagnostics. */
