@@ -62,6 +62,8 @@ pub struct DiskStatus {
     pub written_bytes: u64,
     pub read_bytes: u64,
     pub write_errors: u64,
+    /// Time flushes and reads spent waiting on this disk's rate limits.
+    pub throttled_ms: u64,
 }
 
 pub(crate) struct LocalDisk {
@@ -74,6 +76,7 @@ pub(crate) struct LocalDisk {
     written_bytes: AtomicU64,
     read_bytes: AtomicU64,
     write_errors: AtomicU64,
+    throttled_us: AtomicU64,
     write_slots: Semaphore,
     read_slots: Semaphore,
     write_throttle: Option<ByteThrottle>,
@@ -100,6 +103,7 @@ impl LocalDisk {
             written_bytes: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            throttled_us: AtomicU64::new(0),
             write_slots: Semaphore::new(config.write_concurrency),
             read_slots: Semaphore::new(config.read_concurrency),
             write_throttle: config
@@ -155,6 +159,7 @@ impl LocalDisk {
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
+            throttled_ms: self.throttled_us.load(Ordering::Relaxed) / 1000,
         }
     }
 
@@ -253,6 +258,8 @@ impl LocalDisk {
             None => Duration::ZERO,
         };
         if !waited.is_zero() {
+            self.throttled_us
+                .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
             metrics::histogram!("switchyard_throttle_wait_seconds", "dir" => self.dir.display().to_string(), "op" => "write")
                 .record(waited.as_secs_f64());
         }
@@ -288,6 +295,8 @@ impl LocalDisk {
             .map_err(|_| io::Error::other("disk closed"))?;
         if let Some(t) = &self.read_throttle {
             let waited = t.acquire(len).await;
+            self.throttled_us
+                .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
             metrics::histogram!("switchyard_throttle_wait_seconds", "dir" => self.dir.display().to_string(), "op" => "read")
                 .record(waited.as_secs_f64());
         }

@@ -103,7 +103,8 @@ impl Store {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        let read_budget_kib = (config.memory.read_capacity.as_u64() / 1024).min(u32::MAX as u64) as u32;
+        let read_budget_kib =
+            (config.memory.read_capacity.as_u64() / 1024).min(u32::MAX as u64) as u32;
         let store = Arc::new(Store {
             budget: Arc::new(MemoryBudget::new(config.memory.capacity.as_u64())),
             disks,

@@ -405,3 +405,33 @@ fn walk(dir: &std::path::Path) -> usize {
 fn _assert_send(s: Arc<Store>) -> impl Send {
     s
 }
+
+#[tokio::test]
+async fn disk_rate_limits_hold_back_flushes_and_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 1, 64 << 20);
+    // 1 MiB/s each way; the bucket starts full with one second's worth.
+    c.disks.write_rate_limit = Some(bytesize::ByteSize::mib(1));
+    c.disks.read_rate_limit = Some(bytesize::ByteSize::mib(1));
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    let blocks: Vec<_> = (0..3).map(|i| block(i, 0, 1 << 20)).collect();
+    store.append(&key, blocks.clone(), None).await.unwrap();
+    let started = std::time::Instant::now();
+    store.flush_shuffle("a", 0).await.unwrap();
+    let s = store.status();
+    assert!(
+        s.disks[0].throttled_ms >= 1500,
+        "3 MiB at 1 MiB/s with 1 MiB of burst waits about 2 s, waited {} ms (flush took {:?})",
+        s.disks[0].throttled_ms,
+        started.elapsed()
+    );
+    let before = s.disks[0].throttled_ms;
+    let data = store.read_data(&key, 0, 3 << 20).await.unwrap();
+    assert_eq!(data.len(), 3 << 20);
+    assert!(
+        store.status().disks[0].throttled_ms >= before + 1500,
+        "reads are limited too"
+    );
+}
