@@ -58,6 +58,8 @@ async fn channel(addr: &str, max: usize) -> Result<Channel> {
         .map_err(ClientError::Transport)?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(64 << 20)
         .connect()
         .await?)
 }

@@ -49,6 +49,19 @@ pub enum StartError {
     },
 }
 
+/// HTTP/2 flow-control windows. The 64 KiB protocol default makes a 16 MiB
+/// sendShuffleData wait for hundreds of window updates; the Java client
+/// (grpc-java) starts at 1 MiB and grows with its BDP probe.
+const STREAM_WINDOW: u32 = 8 << 20;
+const CONNECTION_WINDOW: u32 = 64 << 20;
+
+fn grpc_server() -> Server {
+    Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(1 << 20)
+}
+
 async fn bind(role: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
@@ -139,7 +152,7 @@ impl UniffleNode {
         let c = cancel.clone();
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));
-            if let Err(e) = Server::builder()
+            if let Err(e) = grpc_server()
                 .add_service(coordinator_service)
                 .serve_with_incoming_shutdown(incoming, c.cancelled())
                 .await
@@ -154,7 +167,7 @@ impl UniffleNode {
         let c = cancel.clone();
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-            if let Err(e) = Server::builder()
+            if let Err(e) = grpc_server()
                 .add_service(server_service)
                 .serve_with_incoming_shutdown(incoming, c.cancelled())
                 .await
