@@ -5,10 +5,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_util::codec::Framed;
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{IncomingBlock, ShuffleServerCore};
@@ -55,11 +56,28 @@ async fn connection(
     max_frame_size: usize,
     cancel: CancellationToken,
 ) -> Result<(), crate::netty::CodecError> {
-    let (mut sink, mut frames) = Framed::new(stream, UniffleCodec::new(max_frame_size)).split();
+    let (read, mut write) = stream.into_split();
+    let mut frames = FramedRead::new(read, UniffleCodec::new(max_frame_size));
     let (tx, mut rx) = mpsc::channel::<Message>(64);
+    // Replies are written as header + body straight from the data's own
+    // buffer: a 14 MiB read is never copied into a frame buffer.
     let writer = tokio::spawn(async move {
         while let Some(m) = rx.recv().await {
-            if let Err(e) = sink.send(m).await {
+            let (head, body) = match m.frame_parts() {
+                Ok(parts) => parts,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a netty reply");
+                    return;
+                }
+            };
+            let written = async {
+                write.write_all(&head).await?;
+                if !body.is_empty() {
+                    write.write_all(&body).await?;
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            if let Err(e) = written.await {
                 tracing::debug!(error = %e, "netty write failed");
                 return;
             }
