@@ -1,1 +1,20 @@
-//! The Celeborn protocol adapter: translates the wire protocol onto the storage crate's block API.
+//! The Celeborn protocol adapter: the wire protocols of an Apache Celeborn Master and
+//! Worker, as spoken by the stock Spark 3 and Flink clients, translated onto the storage
+//! crate's block API.
+//!
+//! - [`proto`]: the protobuf messages (`proto/celeborn.proto`);
+//! - [`TransportMessage`]: a message type number + protobuf payload, the unit of every
+//!   control message, with its push/fetch-port byte form;
+//! - [`StatusCode`]: the status numbers clients understand;
+//! - [`frame`]: the 9-byte-header transport framing shared by every port;
+//! - [`rpc`]: the NettyRpcEnv layer of the master/worker RPC ports (envelope, the Java
+//!   serialization subset, the endpoint-verifier handshake).
+
+pub mod frame;
+pub mod proto;
+pub mod rpc;
+pub mod status;
+pub mod transport_message;
+
+pub use status::StatusCode;
+pub use transport_message::{DataPlaneBody, SerdeVersion, TransportMessage};
