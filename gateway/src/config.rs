@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use switchyard_celeborn::CelebornConfig;
 use switchyard_storage::StoreConfig;
 use switchyard_uniffle::UniffleConfig;
 use tracing_subscriber::EnvFilter;
@@ -37,6 +38,8 @@ pub struct GatewayConfig {
     pub storage: StoreConfig,
     /// The Uniffle coordinator and shuffle-server roles.
     pub uniffle: UniffleConfig,
+    /// The Celeborn master and worker roles.
+    pub celeborn: CelebornConfig,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
+use switchyard_celeborn::CelebornNode;
 use switchyard_storage::Store;
 use switchyard_uniffle::UniffleNode;
 use tokio::net::TcpListener;
@@ -77,7 +78,7 @@ pub async fn serve(config: GatewayConfig, metrics: PrometheusHandle) -> anyhow::
     info!(ready = store.is_ready(), "store open");
 
     // Protocol listeners hold a clone of `store` and stop before
-    // `store.shutdown()` below. The Celeborn master and worker come next.
+    // `store.shutdown()` below.
     let uniffle = if config.uniffle.enabled {
         Some(
             UniffleNode::start(config.uniffle.clone(), store.clone())
@@ -86,6 +87,16 @@ pub async fn serve(config: GatewayConfig, metrics: PrometheusHandle) -> anyhow::
         )
     } else {
         info!("uniffle roles disabled");
+        None
+    };
+    let celeborn = if config.celeborn.enabled {
+        Some(
+            CelebornNode::start(config.celeborn.clone(), store.clone())
+                .await
+                .context("cannot start the Celeborn roles")?,
+        )
+    } else {
+        info!("celeborn roles disabled");
         None
     };
 
@@ -142,6 +153,10 @@ pub async fn serve(config: GatewayConfig, metrics: PrometheusHandle) -> anyhow::
 
     if let Some(node) = uniffle {
         info!("closing the Uniffle listeners");
+        node.shutdown().await;
+    }
+    if let Some(node) = celeborn {
+        info!("closing the Celeborn listeners");
         node.shutdown().await;
     }
     info!("shutting down the store: flushing buffered data");

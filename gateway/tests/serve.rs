@@ -174,9 +174,9 @@ fn serve_with_defaults_then_sigterm() {
     let (code, _) = get(addr, "/no-such-page").unwrap();
     assert_eq!(code, 404);
 
-    // The Uniffle coordinator answers on its upstream default port, and the
-    // shuffle server on its gRPC and Netty ports.
-    for port in [19999, 19997, 19996] {
+    // The Uniffle coordinator and the Celeborn master answer on their upstream
+    // default ports (19999, 9097); the shuffle server and worker on theirs.
+    for port in [19999, 19997, 19996, 9097, 9100, 9101, 9102, 9103] {
         std::net::TcpStream::connect(("127.0.0.1", port))
             .unwrap_or_else(|e| panic!("nothing listens on {port}: {e}\n{}", server.log()));
     }

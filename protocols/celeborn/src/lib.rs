@@ -10,11 +10,15 @@
 //! - [`rpc`]: the NettyRpcEnv layer of the master/worker RPC ports (envelope, the Java
 //!   serialization subset, the endpoint-verifier handshake).
 
+pub mod config;
 pub mod frame;
 pub mod proto;
 pub mod rpc;
+pub mod server;
 pub mod status;
 pub mod transport_message;
 
+pub use config::CelebornConfig;
+pub use server::{CelebornAddrs, CelebornNode};
 pub use status::StatusCode;
 pub use transport_message::{DataPlaneBody, SerdeVersion, TransportMessage};

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.net.URL;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.SparkConf;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -13,6 +14,7 @@ import org.junit.jupiter.api.Timeout;
  * client jar under test, and a job pointed at a coordinator that is not there fails with an error
  * (rather than hanging) within our fail-fast settings.
  */
+@Tag("uniffle")
 class ClientSmokeTest {
 
   @Test

@@ -28,6 +28,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import scala.Tuple2;
 import scala.Tuple3;
+import scala.Tuple4;
 
 /**
  * The jobs. Every input is generated from fixed seeds inside the tasks, so each job gives the same
@@ -244,6 +245,125 @@ public final class Jobs {
     }
     return rows; // ordered by region (distinct), so the order is exact
 
+  }
+
+  // ---------------------------------------------------------------- Celeborn's IT job shapes
+  // The jobs Celeborn's own Spark ITs compare with and without Celeborn (CelebornHashSuite,
+  // SparkTestBase: combine, groupBy + sortByKey, repartition + reduceByKey, SQL), larger.
+
+  static final int CBK_MAPS = 12;
+  static final int CBK_PER_MAP = 100_000;
+  static final int CBK_KEYS = 30_000;
+
+  /**
+   * combineByKey over 1.2M (string key, int) records into (count, sum, min, max) per key, 9
+   * reducers (map-side combine with separate createCombiner / mergeValue / mergeCombiners).
+   */
+  public static TreeMap<String, Tuple4<Long, Long, Integer, Integer>> combineByKey(SparkSession spark) {
+    JavaPairRDD<String, Integer> pairs =
+        jsc(spark)
+            .parallelize(range(CBK_MAPS), CBK_MAPS)
+            .flatMapToPair(
+                p -> {
+                  Random r = new Random(SEED * 53 + p);
+                  List<Tuple2<String, Integer>> out = new ArrayList<>(CBK_PER_MAP);
+                  for (int i = 0; i < CBK_PER_MAP; i++) {
+                    out.add(new Tuple2<>("key-" + r.nextInt(CBK_KEYS), r.nextInt(2_000_000) - 1_000_000));
+                  }
+                  return out.iterator();
+                });
+    Map<String, Tuple4<Long, Long, Integer, Integer>> m =
+        pairs
+            .combineByKey(
+                v -> new Tuple4<>(1L, (long) v, v, v),
+                (acc, v) -> new Tuple4<>(acc._1() + 1, acc._2() + v, Math.min(acc._3(), v), Math.max(acc._4(), v)),
+                (a, b) ->
+                    new Tuple4<>(
+                        a._1() + b._1(), a._2() + b._2(), Math.min(a._3(), b._3()), Math.max(a._4(), b._4())),
+                9)
+            .collectAsMap();
+    TreeMap<String, Tuple4<Long, Long, Integer, Integer>> out = new TreeMap<>(m);
+    long n = out.values().stream().mapToLong(Tuple4::_1).sum();
+    if (n != (long) CBK_MAPS * CBK_PER_MAP) {
+      throw new AssertionError("combineByKey counted " + n + " records");
+    }
+    return out;
+  }
+
+  static final int GSB_MAPS = 16;
+  static final int GSB_PER_MAP = 20_000;
+  static final int GSB_KEYS = 4_000;
+
+  /**
+   * groupByKey(7) then sortByKey(ascending, 5): two shuffles, the second a range-partitioned
+   * sort. Returns "key:size:sorted values" in the collected order, which must be ascending.
+   */
+  public static List<String> groupByKeySortByKey(SparkSession spark) {
+    JavaPairRDD<Integer, String> pairs =
+        jsc(spark)
+            .parallelize(range(GSB_MAPS), GSB_MAPS)
+            .flatMapToPair(
+                p -> {
+                  Random r = new Random(SEED * 59 + p);
+                  List<Tuple2<Integer, String>> out = new ArrayList<>(GSB_PER_MAP);
+                  for (int i = 0; i < GSB_PER_MAP; i++) {
+                    out.add(new Tuple2<>(r.nextInt(GSB_KEYS) * 7919 % 100_003, "v" + p + "." + i + "." + r.nextInt(100)));
+                  }
+                  return out.iterator();
+                });
+    List<Tuple2<Integer, String>> sorted =
+        pairs
+            .groupByKey(7)
+            .mapValues(
+                vs -> {
+                  List<String> l = new ArrayList<>();
+                  vs.forEach(l::add);
+                  Collections.sort(l);
+                  return l.size() + ":" + String.join(",", l);
+                })
+            .sortByKey(true, 5)
+            .collect();
+    List<String> out = new ArrayList<>(sorted.size());
+    int prev = Integer.MIN_VALUE;
+    long values = 0;
+    for (int i = 0; i < sorted.size(); i++) {
+      Tuple2<Integer, String> t = sorted.get(i);
+      if (i > 0 && t._1() <= prev) {
+        throw new AssertionError("groupByKey+sortByKey output not increasing at " + i + ": " + prev + " then " + t._1());
+      }
+      prev = t._1();
+      values += Long.parseLong(t._2().substring(0, t._2().indexOf(':')));
+      out.add(t._1() + ":" + t._2());
+    }
+    if (values != (long) GSB_MAPS * GSB_PER_MAP) {
+      throw new AssertionError("groupByKey+sortByKey returned " + values + " values");
+    }
+    return out;
+  }
+
+  static final int RRB_MAPS = 10;
+  static final int RRB_PER_MAP = 60_000;
+  static final int RRB_KEYS = 50_000;
+
+  /**
+   * repartition(13) (round robin, no map-side combine) then reduceByKey(6): key -> sum of
+   * values. Two shuffles.
+   */
+  public static TreeMap<Long, Long> repartitionReduceByKey(SparkSession spark) {
+    JavaPairRDD<Long, Long> pairs =
+        jsc(spark)
+            .parallelize(range(RRB_MAPS), RRB_MAPS)
+            .flatMapToPair(
+                p -> {
+                  Random r = new Random(SEED * 61 + p);
+                  List<Tuple2<Long, Long>> out = new ArrayList<>(RRB_PER_MAP);
+                  for (int i = 0; i < RRB_PER_MAP; i++) {
+                    out.add(new Tuple2<>((long) r.nextInt(RRB_KEYS), r.nextLong() >> 16));
+                  }
+                  return out.iterator();
+                });
+    Map<Long, Long> m = pairs.repartition(13).reduceByKey(Long::sum, 6).collectAsMap();
+    return new TreeMap<>(m);
   }
 
   // ---------------------------------------------------------------- large

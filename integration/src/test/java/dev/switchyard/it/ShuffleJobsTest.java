@@ -3,6 +3,7 @@ package dev.switchyard.it;
 import java.util.List;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -11,6 +12,7 @@ import org.junit.jupiter.api.Timeout;
  * Uniffle client (one switchyard process, 256 MiB memory, for the whole class).
  */
 @Timeout(value = 5, unit = java.util.concurrent.TimeUnit.MINUTES)
+@Tag("uniffle")
 class ShuffleJobsTest {
 
   static SwitchyardProcess server;

@@ -16,8 +16,8 @@ import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.sql.SparkSession;
 
 /**
- * Builds SparkSessions (Spark's own shuffle, or the stock Uniffle client against switchyard) and
- * runs one job on each, one session at a time, then compares the results.
+ * Builds SparkSessions (Spark's own shuffle, or the stock Uniffle or Celeborn client against
+ * switchyard) and runs one job on each, one session at a time, then compares the results.
  *
  * <p>System properties: {@code uniffle.client.type} (GRPC | GRPC_NETTY, default GRPC),
  * {@code switchyard.vanillaOnly=true} (no server: the job runs twice on Spark's own shuffle and
@@ -27,6 +27,12 @@ import org.apache.spark.sql.SparkSession;
 public final class SparkHarness {
 
   public static final String RSS_MANAGER = "org.apache.spark.shuffle.RssShuffleManager";
+  public static final String CELEBORN_MANAGER = "org.apache.spark.shuffle.celeborn.SparkShuffleManager";
+
+  /** Spark master of the Uniffle tests. */
+  public static final String UNIFFLE_MASTER = "local[4]";
+  /** Spark master of the Celeborn tests (as in Celeborn's own Spark ITs). */
+  public static final String CELEBORN_MASTER = "local[2]";
 
   private SparkHarness() {}
 
@@ -60,8 +66,34 @@ public final class SparkHarness {
     return "maven:" + System.getProperty("uniffle.client.version", "?");
   }
 
+  /** "maven:0.5.4", for log lines. */
+  public static String celebornLabel() {
+    return "maven:" + System.getProperty("celeborn.client.version", "?");
+  }
+
+  /** Celeborn writer modes to run ({@code -Dceleborn.writers}, default {@code HASH,SORT}). */
+  public static java.util.List<String> celebornWriters() {
+    java.util.List<String> out = new java.util.ArrayList<>();
+    for (String w : System.getProperty("celeborn.writers", "HASH,SORT").split(",")) {
+      w = w.trim().toUpperCase(java.util.Locale.ROOT);
+      if (w.isEmpty()) {
+        continue;
+      }
+      if (!w.equals("HASH") && !w.equals("SORT")) {
+        throw new IllegalArgumentException("celeborn.writers: HASH or SORT, not " + w);
+      }
+      out.add(w);
+    }
+    return out;
+  }
+
   /** Settings shared by both sides: local[4] on loopback, no UI, Kryo. */
   public static SparkConf baseConf(String appName) {
+    return baseConf(appName, UNIFFLE_MASTER);
+  }
+
+  /** Settings shared by both sides: {@code master} on loopback, no UI, Kryo. */
+  public static SparkConf baseConf(String appName, String master) {
     Path localDir = Paths.get("target", "spark-local").toAbsolutePath();
     try {
       Files.createDirectories(localDir);
@@ -69,7 +101,7 @@ public final class SparkHarness {
       throw new IllegalStateException(e);
     }
     return new SparkConf()
-        .setMaster("local[4]")
+        .setMaster(master)
         .setAppName(appName)
         .set("spark.ui.enabled", "false")
         .set("spark.driver.host", "127.0.0.1")
@@ -111,6 +143,107 @@ public final class SparkHarness {
         .set("spark.rss.client.unregister.request.timeout.sec", "5");
   }
 
+  /**
+   * The stock Celeborn client against the master at {@code masterEndpoint}, with writer {@code
+   * HASH} or {@code SORT}. Fallback to Spark's own shuffle is forbidden (the client's default,
+   * AUTO, silently falls back when the master reports no worker), and timeouts and retries are
+   * lowered so that a broken server fails a job within a minute or two instead of the defaults'
+   * many minutes (push 120 s, fetch 600 s, 15 master retries, ...). Keys as in CelebornConf.scala
+   * of the 0.5 line; any Celeborn key can be given to Spark with the {@code spark.} prefix.
+   */
+  public static SparkConf withCeleborn(SparkConf conf, String masterEndpoint, String writerMode) {
+    String writer = writerMode.toUpperCase(java.util.Locale.ROOT);
+    if (!writer.equals("HASH") && !writer.equals("SORT")) {
+      throw new IllegalArgumentException("Celeborn writer must be HASH or SORT, not " + writerMode);
+    }
+    return conf.set("spark.shuffle.manager", CELEBORN_MANAGER)
+        .set("spark.celeborn.master.endpoints", masterEndpoint)
+        // Mandatory: without it a master with no usable worker makes the client quietly use
+        // Spark's own shuffle, and every comparison would pass.
+        .set("spark.celeborn.client.spark.shuffle.fallback.policy", "NEVER")
+        .set("spark.celeborn.client.spark.shuffle.writer", writer)
+        // One worker: replication must be off (it is by default; stated for clarity).
+        .set("spark.celeborn.client.push.replicate.enabled", "false")
+        .set("spark.shuffle.service.enabled", "false")
+        .set("spark.sql.adaptive.localShuffleReader.enabled", "false")
+        // Failures surface as task failures, not as stage retries.
+        .set("spark.celeborn.client.spark.fetch.throwsFetchFailure", "false")
+        // ---- fail fast
+        // Network: connect 10 s -> 5 s; idle connection with requests outstanding 240 s -> 60 s
+        // (celeborn.<module>.io.connectionTimeout falls back to this).
+        .set("spark.celeborn.network.connect.timeout", "5s")
+        .set("spark.celeborn.network.timeout", "60s")
+        // RPC: ask 60 s -> 30 s (registerShuffle, reserveSlots, requestPartition asks fall back
+        // to it), endpoint lookup 30 s -> 10 s.
+        .set("spark.celeborn.rpc.askTimeout", "30s")
+        .set("spark.celeborn.rpc.lookupTimeout", "10s")
+        // Driver -> master: 15 retries of a 60 s ask by default.
+        .set("spark.celeborn.masterClient.rpc.askTimeout", "20s")
+        .set("spark.celeborn.masterClient.maxRetries", "3")
+        .set("spark.celeborn.client.rpc.maxRetries", "2")
+        .set("spark.celeborn.client.registerShuffle.maxRetries", "2")
+        .set("spark.celeborn.client.registerShuffle.retryWait", "1s")
+        .set("spark.celeborn.client.reserveSlots.maxRetries", "2")
+        .set("spark.celeborn.client.reserveSlots.retryWait", "1s")
+        .set("spark.celeborn.client.requestCommitFiles.maxRetries", "2")
+        // Stage end (commit) and the reducers' wait for it: 240 s / 60 s by default.
+        .set("spark.celeborn.client.push.stageEnd.timeout", "60s")
+        .set("spark.celeborn.client.rpc.getReducerFileGroup.askTimeout", "60s")
+        .set("spark.celeborn.client.rpc.commitFiles.askTimeout", "60s")
+        // Push: 120 s per batch, checked every 5 s, 5 revives by default.
+        .set("spark.celeborn.client.push.timeout", "30s")
+        .set("spark.celeborn.data.push.timeoutCheck.interval", "2s")
+        .set("spark.celeborn.client.push.revive.maxRetries", "3")
+        // Fetch: 600 s per open stream / chunk, checked every 5 s, 3 tries per replica.
+        .set("spark.celeborn.client.fetch.timeout", "30s")
+        .set("spark.celeborn.data.fetch.timeoutCheck.interval", "2s")
+        .set("spark.celeborn.client.fetch.maxRetriesForEachReplica", "2");
+  }
+
+  /** How the compared run reaches switchyard: a label for log lines and the Spark settings. */
+  public interface Client {
+    String label();
+
+    String sparkMaster();
+
+    SparkConf configure(SparkConf conf, SwitchyardProcess server);
+  }
+
+  /** The Uniffle client over {@code uniffle.client.type}, local[4]. */
+  public static Client uniffle() {
+    String type = clientType();
+    return new Client() {
+      public String label() {
+        return "rss " + type + " (" + clientLabel() + ")";
+      }
+
+      public String sparkMaster() {
+        return UNIFFLE_MASTER;
+      }
+
+      public SparkConf configure(SparkConf conf, SwitchyardProcess server) {
+        return withUniffle(conf, server.coordinatorQuorum(), type);
+      }
+    };
+  }
+
+  /** The Celeborn client with writer {@code HASH} or {@code SORT}, local[2]. */
+  public static Client celeborn(String writer) {
+    return new Client() {
+      public String label() {
+        return "celeborn " + writer + " (" + celebornLabel() + ")";
+      }
+
+      public String sparkMaster() {
+        return CELEBORN_MASTER;
+      }
+
+      public SparkConf configure(SparkConf conf, SwitchyardProcess server) {
+        return withCeleborn(conf, server.celebornMasterEndpoint(), writer);
+      }
+    };
+  }
+
   /** Runs {@code job} on a fresh SparkSession built from {@code conf}, then stops it. */
   public static <T> Timed<T> runApp(SparkConf conf, Function<SparkSession, T> job) {
     SparkSession.clearActiveSession();
@@ -145,7 +278,7 @@ public final class SparkHarness {
   public record Timed<T>(T value, long startupMillis, long jobMillis, long shuffleBytesWritten, long shuffleBytesRead) {}
 
   /** Adds up shuffle write/read bytes over all tasks of a SparkContext. */
-  static final class ShuffleBytes extends SparkListener {
+  public static final class ShuffleBytes extends SparkListener {
     final LongAdder written = new LongAdder();
     final LongAdder read = new LongAdder();
 
@@ -166,36 +299,53 @@ public final class SparkHarness {
    */
   public static <T> void compareWithVanilla(
       String jobName, SwitchyardProcess server, Function<SparkSession, T> job, BiConsumer<T, T> assertSame) {
-    SparkConf vanillaConf = baseConf("vanilla-" + jobName);
+    compareWithVanilla(jobName, server, vanillaOnly() ? null : uniffle(), UNIFFLE_MASTER, job, assertSame);
+  }
+
+  /**
+   * Runs the job on Spark's own shuffle, then through {@code server} with {@code client}, and
+   * compares; both runs use the client's Spark master. With {@code switchyard.vanillaOnly=true}
+   * ({@code server} and {@code client} may then be null) the second run is Spark's own shuffle
+   * again.
+   */
+  public static <T> void compareWithVanilla(
+      String jobName, SwitchyardProcess server, Client client, Function<SparkSession, T> job,
+      BiConsumer<T, T> assertSame) {
+    compareWithVanilla(jobName, server, client, client.sparkMaster(), job, assertSame);
+  }
+
+  private static <T> void compareWithVanilla(
+      String jobName, SwitchyardProcess server, Client client, String master, Function<SparkSession, T> job,
+      BiConsumer<T, T> assertSame) {
+    SparkConf vanillaConf = baseConf("vanilla-" + jobName, master);
     Timed<T> expected = runApp(vanillaConf, job);
     String otherLabel;
     Timed<T> actual;
     if (vanillaOnly()) {
       otherLabel = "vanilla again";
-      actual = runApp(baseConf("vanilla2-" + jobName), job);
+      actual = runApp(baseConf("vanilla2-" + jobName, master), job);
     } else {
-      String type = clientType();
-      otherLabel = "rss " + type + " (" + clientLabel() + ")";
-      SparkConf rssConf = withUniffle(baseConf("rss-" + jobName), server.coordinatorQuorum(), type);
+      otherLabel = client.label();
+      SparkConf rssConf = client.configure(baseConf("rss-" + jobName, master), server);
       long appendedBefore = server.appendedBytes();
       try {
         actual = runApp(rssConf, job);
       } catch (RuntimeException | Error e) {
-        if (server != null && !server.isAlive()) {
+        if (!server.isAlive()) {
           throw new AssertionError(jobName + ": job failed and switchyard is dead\n" + server.logTail(80), e);
         }
         throw new AssertionError(
-            jobName + " failed with the Uniffle client (" + otherLabel + "); server log: "
-                + (server == null ? "-" : server.logFile()), e);
+            jobName + " failed with " + otherLabel + "; server log: " + server.logFile(), e);
       }
       server.assertAlive();
-      // The shuffle really went through Switchyard: its store took at least
-      // the bytes Spark reports as written (retries may add duplicates).
+      // The shuffle really went through Switchyard (and not, say, through Spark's own shuffle
+      // after a silent client fallback): its store took at least the bytes Spark reports as
+      // written (retries may add duplicates).
       long appended = server.appendedBytes() - appendedBefore;
       if (appended <= 0 || appended < actual.shuffleBytesWritten()) {
         throw new AssertionError(String.format(
-            "%s: switchyard stored %d bytes but Spark wrote %d shuffle bytes", jobName, appended,
-            actual.shuffleBytesWritten()));
+            "%s: switchyard stored %d bytes but Spark wrote %d shuffle bytes (%s)", jobName, appended,
+            actual.shuffleBytesWritten(), otherLabel));
       }
     }
     String line = String.format(

@@ -9,6 +9,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -19,6 +20,7 @@ import org.junit.jupiter.api.Timeout;
  * (count and sum of record hashes). {@code -Dswitchyard.large.records=N} changes the size.
  */
 @Timeout(value = 10, unit = java.util.concurrent.TimeUnit.MINUTES)
+@Tag("uniffle")
 class SpillingLargeShuffleTest {
 
   static SwitchyardProcess server;

@@ -23,7 +23,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
 /**
- * A {@code switchyard serve} child process on loopback ports for one test class.
+ * A {@code switchyard serve} child process on loopback ports for one test class: the Uniffle
+ * roles always, the Celeborn master and worker too when started with {@link #startWithCeleborn}.
  *
  * <p>System properties: {@code switchyard.bin} (the binary; default
  * {@code ../target/debug/switchyard}), {@code switchyard.logDir} (where the server's
@@ -46,18 +47,30 @@ public final class SwitchyardProcess implements AutoCloseable {
   private final int grpcPort;
   private final int nettyPort;
   private final String memoryCapacity;
+  private final boolean celeborn;
+  private final int celebornMasterPort;
+  private final int celebornRpcPort;
+  private final int celebornPushPort;
+  private final int celebornFetchPort;
+  private final int celebornReplicatePort;
   private Process process;
   private Thread shutdownHook;
 
-  private SwitchyardProcess(String name, String memoryCapacity) throws IOException {
+  private SwitchyardProcess(String name, String memoryCapacity, boolean celeborn) throws IOException {
     this.name = name;
     this.memoryCapacity = memoryCapacity;
+    this.celeborn = celeborn;
     this.binary = locateBinary();
-    int[] ports = freeLoopbackPorts(4);
+    int[] ports = freeLoopbackPorts(9);
     this.adminPort = ports[0];
     this.coordinatorPort = ports[1];
     this.grpcPort = ports[2];
     this.nettyPort = ports[3];
+    this.celebornMasterPort = ports[4];
+    this.celebornRpcPort = ports[5];
+    this.celebornPushPort = ports[6];
+    this.celebornFetchPort = ports[7];
+    this.celebornReplicatePort = ports[8];
     this.workDir = Files.createTempDirectory("switchyard-it-" + name + "-");
     this.configFile = workDir.resolve("switchyard.toml");
     Path logDir = Paths.get(System.getProperty("switchyard.logDir", "target/switchyard-logs"));
@@ -74,7 +87,20 @@ public final class SwitchyardProcess implements AutoCloseable {
    * @param memoryCapacity {@code storage.memory.capacity}, e.g. {@code "256MiB"}
    */
   public static SwitchyardProcess start(String name, String memoryCapacity) throws IOException {
-    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity);
+    return start(name, memoryCapacity, false);
+  }
+
+  /**
+   * As {@link #start(String, String)}, with the Celeborn master and worker enabled as well (one
+   * process serving both protocols); clients use {@link #celebornMasterEndpoint()}.
+   */
+  public static SwitchyardProcess startWithCeleborn(String name, String memoryCapacity) throws IOException {
+    return start(name, memoryCapacity, true);
+  }
+
+  private static SwitchyardProcess start(String name, String memoryCapacity, boolean celeborn)
+      throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, celeborn);
     try {
       p.launch();
       return p;
@@ -109,10 +135,26 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "server_grpc_listen = \"127.0.0.1:" + grpcPort + "\"\n"
         + "server_netty_listen = \"127.0.0.1:" + nettyPort + "\"\n"
         + "advertised_host = \"127.0.0.1\"\n"
+        + (celeborn ? celebornSection() : "")
         + "[storage.memory]\n"
         + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
         + "[storage.disks]\n"
         + "dirs = [\"" + tomlEscape(dataDir.toString()) + "\"]\n";
+  }
+
+  /**
+   * The Celeborn roles. Without this section the server runs as before (Uniffle only), so the
+   * Uniffle suite also runs against binaries that do not know the section.
+   */
+  private String celebornSection() {
+    return "[celeborn]\n"
+        + "enabled = true\n"
+        + "master_listen = \"127.0.0.1:" + celebornMasterPort + "\"\n"
+        + "worker_rpc_listen = \"127.0.0.1:" + celebornRpcPort + "\"\n"
+        + "worker_push_listen = \"127.0.0.1:" + celebornPushPort + "\"\n"
+        + "worker_fetch_listen = \"127.0.0.1:" + celebornFetchPort + "\"\n"
+        + "worker_replicate_listen = \"127.0.0.1:" + celebornReplicatePort + "\"\n"
+        + "advertised_host = \"127.0.0.1\"\n";
   }
 
   private static String tomlEscape(String s) {
@@ -146,8 +188,13 @@ public final class SwitchyardProcess implements AutoCloseable {
     shutdownHook = new Thread(() -> started.destroyForcibly(), "switchyard-" + name + "-reaper");
     Runtime.getRuntime().addShutdownHook(shutdownHook);
     System.out.printf(
-        "[switchyard:%s] pid %d, coordinator %s, grpc %d, netty %d, admin %d, memory %s, log %s%n",
-        name, process.pid(), coordinatorQuorum(), grpcPort, nettyPort, adminPort, memoryCapacity, logFile);
+        "[switchyard:%s] pid %d, coordinator %s, grpc %d, netty %d, %sadmin %d, memory %s, log %s%n",
+        name, process.pid(), coordinatorQuorum(), grpcPort, nettyPort,
+        celeborn
+            ? String.format("celeborn master %d worker rpc/push/fetch/replicate %d/%d/%d/%d, ",
+                celebornMasterPort, celebornRpcPort, celebornPushPort, celebornFetchPort, celebornReplicatePort)
+            : "",
+        adminPort, memoryCapacity, logFile);
     waitReady();
   }
 
@@ -202,6 +249,18 @@ public final class SwitchyardProcess implements AutoCloseable {
   /** {@code host:port} for {@code spark.rss.coordinator.quorum}. */
   public String coordinatorQuorum() {
     return "127.0.0.1:" + coordinatorPort;
+  }
+
+  /** {@code host:port} for {@code spark.celeborn.master.endpoints}. */
+  public String celebornMasterEndpoint() {
+    if (!celeborn) {
+      throw new IllegalStateException("switchyard:" + name + " was started without Celeborn (use startWithCeleborn)");
+    }
+    return "127.0.0.1:" + celebornMasterPort;
+  }
+
+  public boolean celebornEnabled() {
+    return celeborn;
   }
 
   public String adminUrl() {

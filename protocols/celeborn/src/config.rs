@@ -1,0 +1,44 @@
+//! Configuration of the Celeborn roles: the Master and one Worker.
+
+use std::net::SocketAddr;
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CelebornConfig {
+    /// Serve the Celeborn roles at all.
+    pub enabled: bool,
+    /// The Master's RPC address. 9097 is Celeborn's own default, so an
+    /// existing `spark.celeborn.master.endpoints=host:9097` works unchanged.
+    pub master_listen: SocketAddr,
+    /// The Worker's ports, advertised through the Master.
+    pub worker_rpc_listen: SocketAddr,
+    pub worker_push_listen: SocketAddr,
+    pub worker_fetch_listen: SocketAddr,
+    pub worker_replicate_listen: SocketAddr,
+    /// Host or IP that clients use to reach this node. Default: the listen IP.
+    pub advertised_host: Option<String>,
+    /// Largest frame accepted. Default 256 MiB (pushes are at most 64 KiB to a
+    /// few MiB; control messages are small).
+    pub max_frame_size: ByteSize,
+    /// Chunk size of partition reads (`celeborn.shuffle.chunk.size`). Default 8 MiB.
+    pub chunk_size: ByteSize,
+}
+
+impl Default for CelebornConfig {
+    fn default() -> Self {
+        CelebornConfig {
+            enabled: true,
+            master_listen: "127.0.0.1:9097".parse().unwrap(),
+            worker_rpc_listen: "127.0.0.1:9100".parse().unwrap(),
+            worker_push_listen: "127.0.0.1:9101".parse().unwrap(),
+            worker_fetch_listen: "127.0.0.1:9102".parse().unwrap(),
+            worker_replicate_listen: "127.0.0.1:9103".parse().unwrap(),
+            advertised_host: None,
+            max_frame_size: ByteSize::mib(256),
+            chunk_size: ByteSize::mib(8),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! `MasterEndpoint`: applications, slots and quota for the LifecycleManager.
+//! This process's worker is the one worker it places partitions on.
+
+use std::sync::Arc;
+
+use super::rpc::Endpoint;
+use super::worker::WorkerState;
+use crate::proto::*;
+use crate::rpc::endpoint;
+use crate::status::StatusCode;
+use crate::transport_message::TransportMessage;
+
+/// StorageInfo type offered for new locations (`StorageInfo.Type.HDD`).
+const STORAGE_TYPE_HDD: i32 = 1;
+
+pub struct MasterEndpoint {
+    worker: Arc<WorkerState>,
+}
+
+impl MasterEndpoint {
+    pub fn new(worker: Arc<WorkerState>) -> Arc<Self> {
+        Arc::new(MasterEndpoint { worker })
+    }
+}
+
+fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M, String> {
+    tm.decode_payload()
+        .map_err(|e| format!("bad payload for message type {}: {e}", tm.message_type))
+}
+
+impl Endpoint for MasterEndpoint {
+    fn name(&self) -> &'static str {
+        endpoint::MASTER
+    }
+
+    async fn receive(self: Arc<Self>, tm: TransportMessage) -> Result<TransportMessage, String> {
+        let store = &self.worker.store;
+        match tm.kind() {
+            Some(MessageType::RegisterApplicationInfo) => {
+                let r: PbRegisterApplicationInfo = decode(&tm)?;
+                store.register_app(&r.app_id);
+                Ok(TransportMessage::without_payload(
+                    MessageType::OneWayMessageResponse,
+                ))
+            }
+            Some(MessageType::HeartbeatFromApplication) => {
+                let r: PbHeartbeatFromApplication = decode(&tm)?;
+                store.register_app(&r.app_id);
+                if !r.should_response {
+                    return Ok(TransportMessage::without_payload(
+                        MessageType::OneWayMessageResponse,
+                    ));
+                }
+                // Workers the client asks about that are not ours are unknown.
+                let ours = self.worker.addr.unique_id();
+                let unknown_workers = r
+                    .need_checked_worker_list
+                    .into_iter()
+                    .filter(|w| {
+                        format!(
+                            "{}:{}:{}:{}:{}",
+                            w.host, w.rpc_port, w.push_port, w.fetch_port, w.replicate_port
+                        ) != ours
+                    })
+                    .collect();
+                Ok(TransportMessage::new(
+                    MessageType::HeartbeatFromApplicationResponse,
+                    &PbHeartbeatFromApplicationResponse {
+                        status: StatusCode::Success.as_i32(),
+                        unknown_workers,
+                        check_quota_response: Some(PbCheckQuotaResponse {
+                            available: true,
+                            reason: String::new(),
+                        }),
+                        ..Default::default()
+                    },
+                ))
+            }
+            Some(MessageType::RequestSlots) => {
+                let r: PbRequestSlots = decode(&tm)?;
+                Ok(TransportMessage::new(
+                    MessageType::RequestSlotsResponse,
+                    &self.request_slots(r),
+                ))
+            }
+            Some(MessageType::CheckQuota) => Ok(TransportMessage::new(
+                MessageType::CheckQuotaResponse,
+                &PbCheckQuotaResponse {
+                    available: true,
+                    reason: String::new(),
+                },
+            )),
+            Some(MessageType::CheckWorkersAvailable) => Ok(TransportMessage::new(
+                MessageType::CheckWorkersAvailableResponse,
+                &PbCheckWorkersAvailableResponse {
+                    available: store.is_ready(),
+                },
+            )),
+            Some(MessageType::UnregisterShuffle) => {
+                let r: PbUnregisterShuffle = decode(&tm)?;
+                self.worker.remove_shuffle(&r.app_id, r.shuffle_id).await;
+                Ok(TransportMessage::new(
+                    MessageType::UnregisterShuffleResponse,
+                    &PbUnregisterShuffleResponse {
+                        status: StatusCode::Success.as_i32(),
+                    },
+                ))
+            }
+            Some(MessageType::BatchUnregisterShuffles) => {
+                let r: PbBatchUnregisterShuffles = decode(&tm)?;
+                for &s in &r.shuffle_ids {
+                    self.worker.remove_shuffle(&r.app_id, s).await;
+                }
+                Ok(TransportMessage::new(
+                    MessageType::BatchUnregisterShuffleResponse,
+                    &PbBatchUnregisterShuffleResponse {
+                        status: StatusCode::Success.as_i32(),
+                        shuffle_ids: r.shuffle_ids,
+                    },
+                ))
+            }
+            Some(MessageType::ApplicationLost) => {
+                let r: PbApplicationLost = decode(&tm)?;
+                tracing::info!(app = %r.app_id, "application lost: removing its data");
+                self.worker.remove_app(&r.app_id).await;
+                Ok(TransportMessage::new(
+                    MessageType::ApplicationLostResponse,
+                    &PbApplicationLostResponse {
+                        status: StatusCode::Success.as_i32(),
+                    },
+                ))
+            }
+            Some(MessageType::ReleaseSlots) => Ok(TransportMessage::new(
+                MessageType::ReleaseSlotsResponse,
+                &PbReleaseSlotsResponse {
+                    status: StatusCode::Success.as_i32(),
+                },
+            )),
+            _ => Err(format!(
+                "MasterEndpoint does not handle message type {}",
+                tm.message_type
+            )),
+        }
+    }
+}
+
+impl MasterEndpoint {
+    fn request_slots(&self, r: PbRequestSlots) -> PbRequestSlotsResponse {
+        if !self.worker.store.is_ready() {
+            tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, "no slots: the store has no writable tier");
+            return PbRequestSlotsResponse {
+                status: StatusCode::SlotNotAvailable.as_i32(),
+                ..Default::default()
+            };
+        }
+        if r.should_replicate {
+            tracing::warn!(app = %r.application_id, "replication asked, but this cluster has one worker: primaries only");
+        }
+        let a = &self.worker.addr;
+        let primaries = r
+            .partition_id_list
+            .iter()
+            .map(|&id| PbPartitionLocation {
+                mode: pb_partition_location::Mode::Primary as i32,
+                id,
+                epoch: 0,
+                host: a.host.clone(),
+                rpc_port: a.rpc_port,
+                push_port: a.push_port,
+                fetch_port: a.fetch_port,
+                replicate_port: a.replicate_port,
+                peer: None,
+                storage_info: Some(PbStorageInfo {
+                    r#type: STORAGE_TYPE_HDD,
+                    mount_point: String::new(),
+                    final_result: false,
+                    file_path: String::new(),
+                    available_storage_types: r.available_storage_types,
+                    file_size: 0,
+                    chunk_offsets: Vec::new(),
+                }),
+                map_id_bitmap: Default::default(),
+            })
+            .collect();
+        tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), "slots assigned");
+        PbRequestSlotsResponse {
+            status: StatusCode::Success.as_i32(),
+            // Field 2, the unpacked form, is what every client version reads.
+            worker_resource: [(
+                a.unique_id(),
+                PbWorkerResource {
+                    primary_partitions: primaries,
+                    replica_partitions: Vec::new(),
+                    network_location: String::new(),
+                },
+            )]
+            .into(),
+            packed_worker_resource: Default::default(),
+        }
+    }
+}

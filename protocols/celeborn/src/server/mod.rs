@@ -1,0 +1,15 @@
+//! The Celeborn Master and Worker roles of one process.
+//!
+//! - `conn`: the connection loop every port shares;
+//! - `rpc`: envelopes, the endpoint verifier, Java-serialized replies;
+//! - `master`: `MasterEndpoint` (applications, slots, quota, unregister);
+//! - `worker`: `WorkerEndpoint` (reserve, commit, destroy) and the push and
+//!   fetch ports, all over the storage crate's block API.
+
+pub mod conn;
+pub mod master;
+pub mod node;
+pub mod rpc;
+pub mod worker;
+
+pub use node::{CelebornAddrs, CelebornNode};

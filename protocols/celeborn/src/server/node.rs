@@ -1,0 +1,140 @@
+//! Starts the Celeborn roles of one process: the Master on its RPC port and
+//! the Worker on its RPC, push, fetch and replicate ports.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_storage::Store;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::conn;
+use super::master::MasterEndpoint;
+use super::rpc::RpcPort;
+use super::worker::{FetchPort, PushPort, WorkerAddr, WorkerState};
+use crate::config::CelebornConfig;
+
+#[derive(Debug, Clone)]
+pub struct CelebornAddrs {
+    pub master: SocketAddr,
+    pub worker: WorkerAddr,
+}
+
+pub struct CelebornNode {
+    pub addrs: CelebornAddrs,
+    pub worker: Arc<WorkerState>,
+    tasks: Vec<JoinHandle<()>>,
+    cancel: CancellationToken,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr} for the Celeborn {role}: {source}")]
+    Bind {
+        role: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+async fn bind(
+    role: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { role, addr, source })?;
+    let a = l
+        .local_addr()
+        .map_err(|source| StartError::Bind { role, addr, source })?;
+    Ok((l, a))
+}
+
+impl CelebornNode {
+    pub async fn start(
+        config: CelebornConfig,
+        store: Arc<Store>,
+    ) -> Result<CelebornNode, StartError> {
+        let (master, master_addr) = bind("master", config.master_listen).await?;
+        let (rpc, rpc_addr) = bind("worker rpc", config.worker_rpc_listen).await?;
+        let (push, push_addr) = bind("worker push", config.worker_push_listen).await?;
+        let (fetch, fetch_addr) = bind("worker fetch", config.worker_fetch_listen).await?;
+        let (replicate, replicate_addr) =
+            bind("worker replicate", config.worker_replicate_listen).await?;
+        let host = config.advertised_host.clone().unwrap_or_else(|| {
+            let ip = rpc_addr.ip();
+            if ip.is_unspecified() {
+                tracing::warn!("celeborn.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
+                "127.0.0.1".to_string()
+            } else {
+                ip.to_string()
+            }
+        });
+        let addr = WorkerAddr {
+            host,
+            rpc_port: rpc_addr.port() as i32,
+            push_port: push_addr.port() as i32,
+            fetch_port: fetch_addr.port() as i32,
+            replicate_port: replicate_addr.port() as i32,
+        };
+        let worker = WorkerState::new(store, config.clone(), addr.clone());
+        let max = config.max_frame_size.as_u64() as usize;
+        let cancel = CancellationToken::new();
+        let tasks = vec![
+            tokio::spawn(conn::serve(
+                master,
+                RpcPort::new(MasterEndpoint::new(worker.clone()), "master"),
+                max,
+                cancel.clone(),
+            )),
+            tokio::spawn(conn::serve(
+                rpc,
+                RpcPort::new(
+                    super::worker::WorkerEndpoint::new(worker.clone()),
+                    "worker-rpc",
+                ),
+                max,
+                cancel.clone(),
+            )),
+            tokio::spawn(conn::serve(
+                push,
+                PushPort::new(worker.clone(), "push"),
+                max,
+                cancel.clone(),
+            )),
+            tokio::spawn(conn::serve(
+                fetch,
+                FetchPort::new(worker.clone()),
+                max,
+                cancel.clone(),
+            )),
+            tokio::spawn(conn::serve(
+                replicate,
+                PushPort::new(worker.clone(), "replicate"),
+                max,
+                cancel.clone(),
+            )),
+        ];
+        tracing::info!(master = %master_addr, worker = %addr.unique_id(), "celeborn roles listening");
+        Ok(CelebornNode {
+            addrs: CelebornAddrs {
+                master: master_addr,
+                worker: addr,
+            },
+            worker,
+            tasks,
+            cancel,
+        })
+    }
+
+    /// Stops accepting requests and waits for the listeners to close.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The NettyRpcEnv side of the Master and Worker RPC ports: envelopes in,
+//! endpoint lookup (the verifier handshake), control messages to an
+//! [`Endpoint`], Java-serialized replies out.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::conn::{Handler, Replier};
+use crate::frame::Message;
+use crate::rpc::{encode_boolean, encode_reply, endpoint, RequestMessage, RpcContent};
+use crate::transport_message::TransportMessage;
+
+/// A named RPC endpoint (`MasterEndpoint`, `WorkerEndpoint`).
+pub trait Endpoint: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    /// Answers one control message; an error becomes an RPC_FAILURE whose text
+    /// the client turns into an exception.
+    fn receive(
+        self: Arc<Self>,
+        message: TransportMessage,
+    ) -> impl Future<Output = Result<TransportMessage, String>> + Send;
+}
+
+pub struct RpcPort<E> {
+    endpoint: Arc<E>,
+    port: &'static str,
+}
+
+impl<E: Endpoint> RpcPort<E> {
+    pub fn new(endpoint: Arc<E>, port: &'static str) -> Arc<Self> {
+        Arc::new(RpcPort { endpoint, port })
+    }
+}
+
+impl<E: Endpoint> Handler for RpcPort<E> {
+    fn port(&self) -> &'static str {
+        self.port
+    }
+
+    async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
+        let (request_id, body) = match message {
+            Message::RpcRequest { request_id, body } => (Some(request_id), body),
+            Message::OneWayMessage { body } => (None, body),
+            other => {
+                tracing::warn!(port = self.port, kind = ?other.message_type(), "unexpected frame on an RPC port");
+                return;
+            }
+        };
+        let reply = match RequestMessage::decode(body) {
+            Err(e) => Err(format!("cannot decode the request: {e}")),
+            Ok(request) => match request.content {
+                RpcContent::CheckExistence { name } => {
+                    let exists = name == self.endpoint.name();
+                    tracing::debug!(port = self.port, name, exists, "endpoint lookup");
+                    Ok(encode_boolean(exists))
+                }
+                RpcContent::TransportMessage(tm) => {
+                    if request.endpoint != self.endpoint.name()
+                        && request.endpoint != endpoint::VERIFIER
+                    {
+                        Err(format!("no endpoint {} here", request.endpoint))
+                    } else {
+                        match self.endpoint.clone().receive(tm).await {
+                            Ok(reply) => encode_reply(&reply)
+                                .map_err(|e| format!("cannot encode the reply: {e}")),
+                            Err(e) => Err(e),
+                        }
+                    }
+                }
+                RpcContent::Boolean(_) => Err("a Boolean is a reply, not a request".into()),
+            },
+        };
+        let Some(request_id) = request_id else {
+            if let Err(e) = reply {
+                tracing::warn!(port = self.port, error = %e, "one-way message failed");
+            }
+            return;
+        };
+        let frame = match reply {
+            Ok(body) => Message::RpcResponse { request_id, body },
+            Err(error) => {
+                tracing::warn!(port = self.port, error = %error, "request failed");
+                Message::RpcFailure { request_id, error }
+            }
+        };
+        replier.send(frame).await;
+    }
+}

@@ -1,0 +1,246 @@
+//! The fetch port: open a stream over a committed partition (all of it, or a
+//! map range in map order), then serve its chunks.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::state::{parse_unique_id, split_shuffle_key, WorkerState};
+use crate::frame::{Message, StreamChunkSlice};
+use crate::proto::*;
+use crate::server::conn::{Handler, Replier};
+use crate::status::StatusCode;
+use crate::transport_message::{DataPlaneBody, TransportMessage};
+
+pub struct FetchPort {
+    state: Arc<WorkerState>,
+}
+
+impl FetchPort {
+    pub fn new(state: Arc<WorkerState>) -> Arc<Self> {
+        Arc::new(FetchPort { state })
+    }
+
+    /// Opens a stream over `file_name` ("id-epoch-mode") of a shuffle.
+    async fn open(
+        &self,
+        shuffle_key: &str,
+        file_name: &str,
+        start: i32,
+        end: i32,
+        with_offsets: bool,
+    ) -> Result<PbStreamHandler, String> {
+        let (app, shuffle) = split_shuffle_key(shuffle_key)
+            .ok_or_else(|| format!("bad shuffle key {shuffle_key:?}"))?;
+        let (uid, mode) = file_name
+            .rsplit_once('-')
+            .ok_or_else(|| format!("bad file name {file_name:?}"))?;
+        let (id, epoch) =
+            parse_unique_id(uid).ok_or_else(|| format!("bad file name {file_name:?}"))?;
+        let key = switchyard_storage::PartitionKey::new(app, shuffle, id)
+            .with_epoch(epoch)
+            .with_replica(mode == "1");
+        // Celeborn's rule: a bounded, ordered range reads only those maps, in
+        // map order; [0, MAX) or an inverted range reads the file as written.
+        let maps =
+            (end != i32::MAX && end != -1 && end >= start).then_some(start as i64..end as i64);
+        let view = self
+            .state
+            .store
+            .open_view(&key, maps, self.state.config.chunk_size.as_u64())
+            .await
+            .map_err(|e| format!("cannot open {shuffle_key}/{file_name}: {e}"))?;
+        let chunk_offsets = if with_offsets {
+            view.chunk_offsets()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| o as i64)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let num_chunks = view.chunks.len() as i32;
+        let stream_id = self.state.add_stream(view);
+        tracing::debug!(
+            shuffle_key,
+            file_name,
+            start,
+            end,
+            stream_id,
+            num_chunks,
+            "stream opened"
+        );
+        Ok(PbStreamHandler {
+            stream_id,
+            num_chunks,
+            chunk_offsets,
+            full_path: String::new(),
+        })
+    }
+
+    async fn chunk(&self, slice: StreamChunkSlice) -> Message {
+        let result = async {
+            let view = self
+                .state
+                .streams
+                .get(&slice.stream_id)
+                .map(|v| v.clone())
+                .ok_or_else(|| format!("unknown stream {}", slice.stream_id))?;
+            let index = usize::try_from(slice.chunk_index)
+                .map_err(|_| "negative chunk index".to_string())?;
+            let data = self
+                .state
+                .store
+                .read_chunk(&view, index)
+                .await
+                .map_err(|e| e.to_string())?;
+            let offset = usize::try_from(slice.offset)
+                .map_err(|_| "negative offset".to_string())?
+                .min(data.len());
+            let len = usize::try_from(slice.len)
+                .unwrap_or(0)
+                .min(data.len() - offset);
+            Ok::<Bytes, String>(data.slice(offset..offset + len))
+        }
+        .await;
+        match result {
+            Ok(body) => Message::ChunkFetchSuccess { slice, body },
+            Err(error) => {
+                tracing::warn!(stream = slice.stream_id, chunk = slice.chunk_index, %error, "chunk fetch failed");
+                Message::ChunkFetchFailure { slice, error }
+            }
+        }
+    }
+
+    async fn rpc(&self, request_id: i64, tm: TransportMessage, replier: &Replier) {
+        let reply: Result<Option<TransportMessage>, String> = match tm.kind() {
+            Some(MessageType::OpenStream) => match tm.decode_payload::<PbOpenStream>() {
+                Ok(r) => self
+                    .open(
+                        &r.shuffle_key,
+                        &r.file_name,
+                        r.start_index,
+                        r.end_index,
+                        r.read_local_shuffle,
+                    )
+                    .await
+                    .map(|h| Some(TransportMessage::new(MessageType::StreamHandler, &h))),
+                Err(e) => Err(e.to_string()),
+            },
+            Some(MessageType::BatchOpenStream) => match tm.decode_payload::<PbOpenStreamList>() {
+                Ok(r) => {
+                    // Exactly one entry per file name: the client indexes
+                    // into this list without checking its length.
+                    let mut opts = Vec::with_capacity(r.file_name.len());
+                    for (i, name) in r.file_name.iter().enumerate() {
+                        let start = r.start_index.get(i).copied().unwrap_or(0);
+                        let end = r.end_index.get(i).copied().unwrap_or(i32::MAX);
+                        let local = r.read_local_shuffle.get(i).copied().unwrap_or(false);
+                        opts.push(
+                            match self.open(&r.shuffle_key, name, start, end, local).await {
+                                Ok(h) => PbStreamHandlerOpt {
+                                    status: StatusCode::Success.as_i32(),
+                                    stream_handler: Some(h),
+                                    error_msg: String::new(),
+                                },
+                                Err(e) => PbStreamHandlerOpt {
+                                    status: StatusCode::OpenStreamFailed.as_i32(),
+                                    stream_handler: None,
+                                    error_msg: e,
+                                },
+                            },
+                        );
+                    }
+                    Ok(Some(TransportMessage::new(
+                        MessageType::BatchOpenStreamResponse,
+                        &PbOpenStreamListResponse {
+                            stream_handler_opt: opts,
+                        },
+                    )))
+                }
+                Err(e) => Err(e.to_string()),
+            },
+            Some(MessageType::ChunkFetchRequest) => {
+                // Answered with a chunk frame, never an RpcResponse.
+                match tm.decode_payload::<PbChunkFetchRequest>() {
+                    Ok(r) => {
+                        let s = r.stream_chunk_slice.unwrap_or_default();
+                        let slice = StreamChunkSlice {
+                            stream_id: s.stream_id,
+                            chunk_index: s.chunk_index,
+                            offset: s.offset,
+                            len: s.len,
+                        };
+                        replier.send(self.chunk(slice).await).await;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "bad chunk fetch request"),
+                }
+                return;
+            }
+            Some(MessageType::BufferStreamEnd) => {
+                if let Ok(r) = tm.decode_payload::<PbBufferStreamEnd>() {
+                    self.state.end_stream(r.stream_id);
+                }
+                return; // fire-and-forget
+            }
+            _ => Err(format!(
+                "the fetch port does not handle message type {}",
+                tm.message_type
+            )),
+        };
+        let frame = match reply {
+            Ok(Some(tm)) => Message::RpcResponse {
+                request_id,
+                body: tm.to_bytes(),
+            },
+            Ok(None) => Message::RpcResponse {
+                request_id,
+                body: Bytes::new(),
+            },
+            Err(error) => {
+                tracing::warn!(%error, "fetch request failed");
+                Message::RpcFailure { request_id, error }
+            }
+        };
+        replier.send(frame).await;
+    }
+}
+
+impl Handler for FetchPort {
+    fn port(&self) -> &'static str {
+        "fetch"
+    }
+
+    async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
+        match message {
+            Message::RpcRequest { request_id, body } => match DataPlaneBody::decode(body) {
+                Ok(DataPlaneBody::Transport(tm)) => self.rpc(request_id, tm, &replier).await,
+                Ok(DataPlaneBody::Legacy(m)) => {
+                    replier
+                        .send(Message::RpcFailure {
+                            request_id,
+                            error: format!(
+                                "legacy request {:?} is not supported",
+                                m.message_type()
+                            ),
+                        })
+                        .await
+                }
+                Err(e) => {
+                    replier
+                        .send(Message::RpcFailure {
+                            request_id,
+                            error: format!("cannot decode the request: {e}"),
+                        })
+                        .await
+                }
+            },
+            // ≤0.3 clients fetch with a raw frame.
+            Message::ChunkFetchRequest(slice) => replier.send(self.chunk(slice).await).await,
+            Message::BufferStreamEnd { stream_id } => self.state.end_stream(stream_id),
+            other => {
+                tracing::warn!(kind = ?other.message_type(), "unexpected frame on the fetch port")
+            }
+        }
+    }
+}

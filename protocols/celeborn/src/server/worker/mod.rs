@@ -1,0 +1,12 @@
+//! The Worker role: slots reserved by the LifecycleManager, pushed batches
+//! appended to the store, commits, and streams reading partitions back.
+
+mod fetch;
+mod push;
+mod rpc;
+mod state;
+
+pub use fetch::FetchPort;
+pub use push::PushPort;
+pub use rpc::WorkerEndpoint;
+pub use state::{WorkerAddr, WorkerState};

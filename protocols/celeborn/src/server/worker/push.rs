@@ -1,0 +1,239 @@
+//! The push port (and the replicate port): PushData and PushMergedData
+//! batches appended to the store, with Celeborn's reply bytes.
+//!
+//! A batch is kept verbatim (its 16-byte little-endian header included); the
+//! reader parses it. Replies: empty (or `00` for merged pushes) = written;
+//! `16` SOFT_SPLIT = written, split soon; `15` HARD_SPLIT = not written,
+//! revive and resend; `0F` MAP_ENDED; errors as RPC_FAILURE with the status
+//! name, which the client matches by prefix.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use switchyard_storage::{Block, BlockMeta, StorageError};
+
+use super::state::{Location, ShuffleState, WorkerState};
+use crate::frame::{Message, Mode};
+use crate::server::conn::{Handler, Replier};
+use crate::status::StatusCode;
+
+/// Above this a SOFT split becomes HARD (`celeborn.worker.shuffle.partitionSplit.max`).
+const SPLIT_MAX: u64 = 2 << 30;
+/// How long a push waits for memory before failing (the JVM worker stops
+/// reading the socket instead; the client's push timeout is 120 s).
+const MEMORY_WAIT: Duration = Duration::from_secs(60);
+
+pub struct PushPort {
+    state: Arc<WorkerState>,
+    port: &'static str,
+}
+
+impl PushPort {
+    pub fn new(state: Arc<WorkerState>, port: &'static str) -> Arc<Self> {
+        Arc::new(PushPort { state, port })
+    }
+}
+
+/// What to do with one batch.
+enum Verdict {
+    Write(Arc<Location>, bool /* soft split */),
+    Reply(StatusCode),
+    Fail(StatusCode),
+}
+
+/// mapId and batchId from a batch header (little-endian i32s).
+fn header(batch: &[u8]) -> Option<(i32, i32)> {
+    if batch.len() < 16 {
+        return None;
+    }
+    let map_id = i32::from_le_bytes(batch[0..4].try_into().ok()?);
+    let batch_id = i32::from_le_bytes(batch[8..12].try_into().ok()?);
+    Some((map_id, batch_id))
+}
+
+fn judge(shuffle: Option<&Arc<ShuffleState>>, uid: &str, replica: bool, batch: &[u8]) -> Verdict {
+    let Some(shuffle) = shuffle else {
+        return Verdict::Fail(StatusCode::PushDataFailPartitionNotFound);
+    };
+    let map_id = header(batch).map(|h| h.0).unwrap_or(-1);
+    match shuffle.location(uid, replica) {
+        Some(loc) if !loc.committed.load(Ordering::Acquire) => {
+            if replica {
+                return Verdict::Write(loc, false);
+            }
+            let size = loc.bytes.load(Ordering::Relaxed);
+            if size > shuffle.split_threshold.load(Ordering::Relaxed) {
+                let soft = shuffle.split_mode.load(Ordering::Relaxed) == 0 && size < SPLIT_MAX;
+                if soft {
+                    Verdict::Write(loc, true)
+                } else {
+                    Verdict::Reply(StatusCode::HardSplit)
+                }
+            } else {
+                Verdict::Write(loc, false)
+            }
+        }
+        // Committed (or never reserved here): the map ended, or the client
+        // must move to a new epoch.
+        _ if shuffle.map_ended(map_id) => Verdict::Reply(StatusCode::MapEnded),
+        _ => Verdict::Reply(StatusCode::HardSplit),
+    }
+}
+
+impl PushPort {
+    /// Appends one batch, waiting while memory is full.
+    async fn append(&self, loc: &Location, batch: Bytes) -> Result<(), StatusCode> {
+        let (map_id, batch_id) =
+            header(&batch).ok_or(StatusCode::PushDataFailNonCriticalCausePrimary)?;
+        let len = batch.len() as u64;
+        let block = Block {
+            meta: BlockMeta {
+                block_id: loc.next_block_id(),
+                map_id: map_id as i64,
+                batch_id: Some(batch_id),
+                crc: 0,
+                uncompressed_len: 0,
+            },
+            data: batch,
+        };
+        let started = Instant::now();
+        loop {
+            match self
+                .state
+                .store
+                .append(&loc.key, vec![block.clone()], None)
+                .await
+            {
+                Ok(()) => {
+                    loc.bytes.fetch_add(len, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(e) if e.is_backpressure() && started.elapsed() < MEMORY_WAIT => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(StorageError::Sealed(_)) => return Err(StatusCode::HardSplit),
+                Err(e) => {
+                    tracing::warn!(partition = %loc.key, error = %e, "push failed");
+                    return Err(StatusCode::PushDataWriteFailPrimary);
+                }
+            }
+        }
+    }
+}
+
+impl Handler for PushPort {
+    fn port(&self) -> &'static str {
+        self.port
+    }
+
+    async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
+        match message {
+            Message::PushData(p) => {
+                let replica = p.mode == Mode::Replica;
+                let shuffle = self.state.shuffle(&p.shuffle_key);
+                let verdict = judge(shuffle.as_ref(), &p.partition_unique_id, replica, &p.body);
+                let reply = match verdict {
+                    Verdict::Write(loc, soft) => match self.append(&loc, p.body).await {
+                        Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
+                        Ok(()) => Ok(Vec::new()),
+                        Err(StatusCode::HardSplit) => Ok(vec![StatusCode::HardSplit.value()]),
+                        Err(code) => Err(code),
+                    },
+                    Verdict::Reply(code) => Ok(vec![code.value()]),
+                    Verdict::Fail(code) => Err(code),
+                };
+                send(&replier, p.request_id, reply).await;
+            }
+            Message::PushMergedData(p) => {
+                let replica = p.mode == Mode::Replica;
+                let batches = match p.batches() {
+                    Ok(b) if b.len() == p.partition_unique_ids.len() => b,
+                    _ => {
+                        replier
+                            .send(Message::RpcFailure {
+                                request_id: p.request_id,
+                                error: format!(
+                                    "{}: bad batch offsets",
+                                    StatusCode::PushDataFailNonCriticalCausePrimary
+                                ),
+                            })
+                            .await;
+                        return;
+                    }
+                };
+                let shuffle = self.state.shuffle(&p.shuffle_key);
+                let verdicts: Vec<Verdict> = p
+                    .partition_unique_ids
+                    .iter()
+                    .zip(&batches)
+                    .map(|(uid, b)| judge(shuffle.as_ref(), uid, replica, b))
+                    .collect();
+                // One answer for the whole merged push, in the form both 0.5
+                // and 0.6+ clients read: any location that cannot take its
+                // batch sends every batch to revive (a bare HARD_SPLIT), and
+                // nothing is written.
+                let reply = if let Some(code) = verdicts.iter().find_map(|v| match v {
+                    Verdict::Fail(code) => Some(*code),
+                    _ => None,
+                }) {
+                    Err(code)
+                } else if verdicts
+                    .iter()
+                    .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
+                {
+                    Ok(vec![StatusCode::MapEnded.value()])
+                } else if verdicts
+                    .iter()
+                    .any(|v| !matches!(v, Verdict::Write(_, false)))
+                {
+                    Ok(vec![StatusCode::HardSplit.value()])
+                } else {
+                    let mut result = Ok(vec![StatusCode::Success.value()]);
+                    for (v, batch) in verdicts.into_iter().zip(batches) {
+                        if let Verdict::Write(loc, _) = v {
+                            if let Err(code) = self.append(&loc, batch).await {
+                                result = if code == StatusCode::HardSplit {
+                                    Ok(vec![StatusCode::HardSplit.value()])
+                                } else {
+                                    Err(code)
+                                };
+                                break;
+                            }
+                        }
+                    }
+                    result
+                };
+                send(&replier, p.request_id, reply).await;
+            }
+            Message::RpcRequest { request_id, .. } => {
+                // Flink's handshake and region messages (map partitions) come
+                // with the Flink issue; refuse them clearly until then.
+                replier
+                    .send(Message::RpcFailure {
+                        request_id,
+                        error: "map partitions (Flink) are not supported yet".into(),
+                    })
+                    .await;
+            }
+            other => {
+                tracing::warn!(port = self.port, kind = ?other.message_type(), "unexpected frame on the push port");
+            }
+        }
+    }
+}
+
+async fn send(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, StatusCode>) {
+    let frame = match reply {
+        Ok(body) => Message::RpcResponse {
+            request_id,
+            body: Bytes::from(body),
+        },
+        Err(code) => Message::RpcFailure {
+            request_id,
+            error: code.name().to_string(),
+        },
+    };
+    replier.send(frame).await;
+}

@@ -1,0 +1,264 @@
+//! `WorkerEndpoint`: ReserveSlots, CommitFiles and DestroyWorkerSlots from the
+//! LifecycleManager.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::state::{ShuffleState, WorkerState};
+use crate::proto::*;
+use crate::rpc::endpoint;
+use crate::server::rpc::Endpoint;
+use crate::status::StatusCode;
+use crate::transport_message::TransportMessage;
+
+/// StorageInfo type of a committed local file (`StorageInfo.Type.HDD`): the
+/// reader fetches it through this worker's fetch port.
+const STORAGE_TYPE_HDD: i32 = 1;
+
+pub struct WorkerEndpoint {
+    state: Arc<WorkerState>,
+}
+
+impl WorkerEndpoint {
+    pub fn new(state: Arc<WorkerState>) -> Arc<Self> {
+        Arc::new(WorkerEndpoint { state })
+    }
+}
+
+fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M, String> {
+    tm.decode_payload()
+        .map_err(|e| format!("bad payload for message type {}: {e}", tm.message_type))
+}
+
+impl Endpoint for WorkerEndpoint {
+    fn name(&self) -> &'static str {
+        endpoint::WORKER
+    }
+
+    async fn receive(self: Arc<Self>, tm: TransportMessage) -> Result<TransportMessage, String> {
+        match tm.kind() {
+            Some(MessageType::ReserveSlots) => {
+                let r = self.reserve(decode(&tm)?);
+                Ok(TransportMessage::new(MessageType::ReserveSlotsResponse, &r))
+            }
+            Some(MessageType::CommitFiles) => {
+                let r = self.commit(decode(&tm)?).await;
+                Ok(TransportMessage::new(MessageType::CommitFilesResponse, &r))
+            }
+            Some(MessageType::Destroy) => {
+                let r = self.destroy(decode(&tm)?);
+                Ok(TransportMessage::new(MessageType::DestroyResponse, &r))
+            }
+            _ => Err(format!(
+                "WorkerEndpoint does not handle message type {}",
+                tm.message_type
+            )),
+        }
+    }
+}
+
+/// (id, epoch, replica) of every location in a ReserveSlots request: the
+/// plain lists (≤0.4 clients) or the packed pair (0.5+).
+fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, String> {
+    let mut out: Vec<(i32, i32, bool)> = r
+        .primary_locations
+        .iter()
+        .map(|l| (l.id, l.epoch, false))
+        .chain(r.replica_locations.iter().map(|l| (l.id, l.epoch, true)))
+        .collect();
+    if out.is_empty() {
+        if let Some(pair) = &r.partition_locations_pair {
+            let locs = pair.locations.clone().unwrap_or_default();
+            let n = usize::try_from(pair.input_location_size)
+                .map_err(|_| "negative inputLocationSize")?;
+            if n > locs.ids.len() || locs.epoches.len() < n || locs.modes.len() < n {
+                return Err(format!(
+                    "packed locations: inputLocationSize {n} but {} ids, {} epochs, {} modes",
+                    locs.ids.len(),
+                    locs.epoches.len(),
+                    locs.modes.len()
+                ));
+            }
+            for i in 0..n {
+                out.push((locs.ids[i], locs.epoches[i], locs.modes[i] == 1));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl WorkerEndpoint {
+    fn reserve(&self, r: PbReserveSlots) -> PbReserveSlotsResponse {
+        let fail = |status: StatusCode, reason: String| {
+            tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, %reason, "reserve slots refused");
+            PbReserveSlotsResponse {
+                status: status.as_i32(),
+                reason,
+            }
+        };
+        if !self.state.store.is_ready() {
+            return fail(
+                StatusCode::NoAvailableWorkingDir,
+                "no writable disk or cold tier".into(),
+            );
+        }
+        let locations = match reserved_locations(&r) {
+            Ok(l) => l,
+            Err(e) => return fail(StatusCode::ReserveSlotsFailed, e),
+        };
+        let key = format!("{}-{}", r.application_id, r.shuffle_id);
+        let Some(shuffle) = self.state.shuffle_or_create(&key) else {
+            return fail(
+                StatusCode::ReserveSlotsFailed,
+                format!("bad application id {:?}", r.application_id),
+            );
+        };
+        self.state.store.register_app(&r.application_id);
+        let threshold = if r.split_threshold > 0 {
+            r.split_threshold as u64
+        } else {
+            u64::MAX
+        };
+        shuffle.split_threshold.store(threshold, Ordering::Relaxed);
+        shuffle
+            .split_mode
+            .store(r.split_mode as i64, Ordering::Relaxed);
+        shuffle
+            .partition_type
+            .store(r.partition_type as i64, Ordering::Relaxed);
+        for &(id, epoch, replica) in &locations {
+            shuffle.add_location(id, epoch, replica);
+        }
+        tracing::debug!(shuffle = %key, locations = locations.len(), "slots reserved");
+        PbReserveSlotsResponse {
+            status: StatusCode::Success.as_i32(),
+            reason: String::new(),
+        }
+    }
+
+    async fn commit(&self, r: PbCommitFiles) -> PbCommitFilesResponse {
+        let key = format!("{}-{}", r.application_id, r.shuffle_id);
+        let Some(shuffle) = self.state.shuffle(&key) else {
+            return PbCommitFilesResponse {
+                status: StatusCode::ShuffleUnregistered.as_i32(),
+                failed_primary_ids: r.primary_ids,
+                failed_replica_ids: r.replica_ids,
+                ..Default::default()
+            };
+        };
+        // The same (shuffle, epoch) always gets the same answer; a duplicate
+        // arriving while the first runs waits for it.
+        let cell = shuffle.commits.lock().entry(r.epoch).or_default().clone();
+        cell.get_or_init(|| self.do_commit(&shuffle, &r))
+            .await
+            .clone()
+    }
+
+    async fn do_commit(&self, shuffle: &ShuffleState, r: &PbCommitFiles) -> PbCommitFilesResponse {
+        if !r.map_attempts.is_empty() {
+            *shuffle.map_attempts.write() = Some(r.map_attempts.clone());
+        }
+        let mut reply = PbCommitFilesResponse::default();
+        let chunk_size = self.state.config.chunk_size.as_u64();
+        for (ids, replica) in [(&r.primary_ids, false), (&r.replica_ids, true)] {
+            for uid in ids {
+                // An id this worker never reserved is neither committed nor
+                // failed, as in Celeborn.
+                let Some(loc) = shuffle.location(uid, replica) else {
+                    tracing::warn!(shuffle = %format!("{}-{}", shuffle.app, shuffle.shuffle_id), uid, "commit of an unknown location");
+                    continue;
+                };
+                loc.committed.store(true, Ordering::Release);
+                let result = async {
+                    let stats = self.state.store.seal(&loc.key).await?;
+                    if stats.received_bytes == 0 {
+                        return Ok(None);
+                    }
+                    let view = self
+                        .state
+                        .store
+                        .open_view(&loc.key, None, chunk_size)
+                        .await?;
+                    Ok::<_, switchyard_storage::StorageError>(Some((
+                        stats,
+                        view.chunk_offsets().unwrap_or_default(),
+                    )))
+                }
+                .await;
+                match result {
+                    Ok(None) => {} // an empty file: neither committed nor failed
+                    Ok(Some((stats, offsets))) => {
+                        let size = stats.disk_bytes + stats.cold_bytes;
+                        let info = PbStorageInfo {
+                            r#type: STORAGE_TYPE_HDD,
+                            mount_point: String::new(),
+                            final_result: true,
+                            file_path: String::new(),
+                            available_storage_types: 0,
+                            file_size: size as i64,
+                            chunk_offsets: offsets.into_iter().map(|o| o as i64).collect(),
+                        };
+                        reply.total_written += size as i64;
+                        reply.file_count += 1;
+                        if replica {
+                            reply.committed_replica_ids.push(uid.clone());
+                            reply
+                                .committed_replica_storage_infos
+                                .insert(uid.clone(), info);
+                        } else {
+                            reply.committed_primary_ids.push(uid.clone());
+                            reply
+                                .committed_primary_storage_infos
+                                .insert(uid.clone(), info);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(uid, replica, error = %e, "commit failed");
+                        if replica {
+                            reply.failed_replica_ids.push(uid.clone());
+                        } else {
+                            reply.failed_primary_ids.push(uid.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let failed = !reply.failed_primary_ids.is_empty() || !reply.failed_replica_ids.is_empty();
+        reply.status = if failed {
+            StatusCode::PartialSuccess
+        } else {
+            StatusCode::Success
+        }
+        .as_i32();
+        tracing::info!(
+            shuffle = %format!("{}-{}", shuffle.app, shuffle.shuffle_id),
+            epoch = r.epoch,
+            committed = reply.committed_primary_ids.len() + reply.committed_replica_ids.len(),
+            bytes = reply.total_written,
+            "files committed"
+        );
+        reply
+    }
+
+    fn destroy(&self, r: PbDestroyWorkerSlots) -> PbDestroyWorkerSlotsResponse {
+        let Some(shuffle) = self.state.shuffle(&r.shuffle_key) else {
+            return PbDestroyWorkerSlotsResponse {
+                status: StatusCode::ShuffleUnregistered.as_i32(),
+                failed_primaries: r.primary_locations,
+                failed_replicas: r.replica_location,
+            };
+        };
+        // The slots are released; their (normally empty) data goes with the
+        // shuffle.
+        for uid in &r.primary_locations {
+            shuffle.locations.remove(&(uid.clone(), false));
+        }
+        for uid in &r.replica_location {
+            shuffle.locations.remove(&(uid.clone(), true));
+        }
+        PbDestroyWorkerSlotsResponse {
+            status: StatusCode::Success.as_i32(),
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! What the Worker remembers per shuffle: its live locations (partition
+//! epochs and copies), split settings, commits and map attempts, and the open
+//! read streams. The bytes themselves live in the store.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use parking_lot::{Mutex, RwLock};
+use switchyard_storage::{PartitionKey, PartitionView, Store};
+
+use crate::config::CelebornConfig;
+use crate::proto::PbCommitFilesResponse;
+
+/// The five-part identity the Master hands to clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerAddr {
+    pub host: String,
+    pub rpc_port: i32,
+    pub push_port: i32,
+    pub fetch_port: i32,
+    pub replicate_port: i32,
+}
+
+impl WorkerAddr {
+    /// `host:rpc:push:fetch:replicate`, Celeborn's `WorkerInfo.toUniqueId`.
+    pub fn unique_id(&self) -> String {
+        format!(
+            "{}:{}:{}:{}:{}",
+            self.host, self.rpc_port, self.push_port, self.fetch_port, self.replicate_port
+        )
+    }
+}
+
+/// Splits a shuffle key `"<appUniqueId>-<shuffleId>"` on its last `-`.
+pub fn split_shuffle_key(key: &str) -> Option<(&str, i32)> {
+    let (app, shuffle) = key.rsplit_once('-')?;
+    if app.is_empty() {
+        return None;
+    }
+    Some((app, shuffle.parse().ok()?))
+}
+
+/// Parses `"<id>-<epoch>"`.
+pub fn parse_unique_id(uid: &str) -> Option<(i32, i32)> {
+    let (id, epoch) = uid.split_once('-')?;
+    Some((id.parse().ok()?, epoch.parse().ok()?))
+}
+
+/// One reserved location: a partition epoch, primary or replica.
+pub struct Location {
+    pub key: PartitionKey,
+    pub bytes: AtomicU64,
+    next_block: AtomicI64,
+    pub committed: AtomicBool,
+}
+
+impl Location {
+    pub(crate) fn next_block_id(&self) -> i64 {
+        self.next_block.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+pub struct ShuffleState {
+    pub app: String,
+    pub shuffle_id: i32,
+    pub split_threshold: AtomicU64,
+    /// 0 = SOFT, 1 = HARD.
+    pub split_mode: AtomicI64,
+    pub partition_type: AtomicI64,
+    /// (unique id "id-epoch", replica) → location.
+    pub locations: DashMap<(String, bool), Arc<Location>>,
+    /// Commit replies by commit epoch: a repeated CommitFiles gets the same answer.
+    pub commits: Mutex<HashMap<i64, Arc<tokio::sync::OnceCell<PbCommitFilesResponse>>>>,
+    /// Successful attempt per map index from the last commit; -1 = unfinished.
+    pub map_attempts: RwLock<Option<Vec<i32>>>,
+}
+
+impl ShuffleState {
+    pub(crate) fn location(&self, uid: &str, replica: bool) -> Option<Arc<Location>> {
+        self.locations
+            .get(&(uid.to_string(), replica))
+            .map(|l| l.clone())
+    }
+
+    pub(crate) fn add_location(&self, id: i32, epoch: i32, replica: bool) -> Arc<Location> {
+        let uid = format!("{id}-{epoch}");
+        self.locations
+            .entry((uid, replica))
+            .or_insert_with(|| {
+                Arc::new(Location {
+                    key: PartitionKey::new(self.app.as_str(), self.shuffle_id, id)
+                        .with_epoch(epoch)
+                        .with_replica(replica),
+                    bytes: AtomicU64::new(0),
+                    next_block: AtomicI64::new(0),
+                    committed: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    /// Whether a map task already ended, per the last commit's attempts.
+    pub(crate) fn map_ended(&self, map_id: i32) -> bool {
+        self.map_attempts
+            .read()
+            .as_ref()
+            .and_then(|a| a.get(map_id as usize).copied())
+            .is_some_and(|attempt| attempt != -1)
+    }
+}
+
+pub struct WorkerState {
+    pub store: Arc<Store>,
+    pub config: CelebornConfig,
+    pub addr: WorkerAddr,
+    pub shuffles: DashMap<String, Arc<ShuffleState>>,
+    pub streams: DashMap<i64, Arc<PartitionView>>,
+    next_stream: AtomicI64,
+}
+
+impl WorkerState {
+    pub fn new(store: Arc<Store>, config: CelebornConfig, addr: WorkerAddr) -> Arc<Self> {
+        Arc::new(WorkerState {
+            store,
+            config,
+            addr,
+            shuffles: DashMap::new(),
+            streams: DashMap::new(),
+            next_stream: AtomicI64::new(1),
+        })
+    }
+
+    pub(crate) fn shuffle(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
+        self.shuffles.get(shuffle_key).map(|s| s.clone())
+    }
+
+    pub(crate) fn shuffle_or_create(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
+        let (app, shuffle_id) = split_shuffle_key(shuffle_key)?;
+        Some(
+            self.shuffles
+                .entry(shuffle_key.to_string())
+                .or_insert_with(|| {
+                    Arc::new(ShuffleState {
+                        app: app.to_string(),
+                        shuffle_id,
+                        split_threshold: AtomicU64::new(u64::MAX),
+                        split_mode: AtomicI64::new(0),
+                        partition_type: AtomicI64::new(0),
+                        locations: DashMap::new(),
+                        commits: Mutex::new(HashMap::new()),
+                        map_attempts: RwLock::new(None),
+                    })
+                })
+                .clone(),
+        )
+    }
+
+    pub(crate) fn add_stream(&self, view: PartitionView) -> i64 {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        self.streams.insert(id, Arc::new(view));
+        metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
+        id
+    }
+
+    pub(crate) fn end_stream(&self, id: i64) {
+        self.streams.remove(&id);
+        metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
+    }
+
+    /// Forgets a shuffle and removes its data.
+    pub async fn remove_shuffle(&self, app: &str, shuffle_id: i32) {
+        self.shuffles.remove(&format!("{app}-{shuffle_id}"));
+        self.streams
+            .retain(|_, v| !(&*v.key().app == app && v.key().shuffle == shuffle_id));
+        if let Err(e) = self.store.remove_shuffle(app, shuffle_id).await {
+            tracing::warn!(app, shuffle_id, error = %e, "removing a shuffle failed");
+        }
+    }
+
+    /// Forgets an application and removes its data.
+    pub async fn remove_app(&self, app: &str) {
+        self.shuffles.retain(|_, s| s.app != app);
+        self.streams.retain(|_, v| &*v.key().app != app);
+        if let Err(e) = self.store.remove_app(app).await {
+            tracing::warn!(app, error = %e, "removing an application failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffle_keys_split_on_the_last_dash() {
+        assert_eq!(split_shuffle_key("local-1700-0"), Some(("local-1700", 0)));
+        assert_eq!(split_shuffle_key("app-1-12"), Some(("app-1", 12)));
+        assert_eq!(split_shuffle_key("nodash"), None);
+        assert_eq!(split_shuffle_key("-3"), None);
+        assert_eq!(split_shuffle_key("app-x"), None);
+        assert_eq!(parse_unique_id("7-2"), Some((7, 2)));
+        assert_eq!(parse_unique_id("7"), None);
+    }
+}
