@@ -1,0 +1,316 @@
+//! A Rust client of the Celeborn protocol, for tests and benchmarks. It plays
+//! the parts of the LifecycleManager (master and worker RPCs) and of the
+//! executors (push, fetch), following the Spark client's calls.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::Framed;
+
+use crate::frame::{CelebornCodec, Message, Mode, PushData, PushMergedData, StreamChunkSlice};
+use crate::proto::*;
+use crate::rpc::{endpoint, RequestMessage, RpcAddress, RpcContent};
+use crate::transport_message::TransportMessage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("connect {0}: {1}")]
+    Connect(SocketAddr, std::io::Error),
+    #[error("connection closed")]
+    Closed,
+    #[error("timed out")]
+    Timeout,
+    #[error("rpc failure: {0}")]
+    Failure(String),
+    #[error("bad reply: {0}")]
+    BadReply(String),
+}
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// Replies matched to requests: by request id, or by (stream, chunk).
+#[derive(Default)]
+struct Pending {
+    rpc: HashMap<i64, oneshot::Sender<Result<Bytes, String>>>,
+    chunks: HashMap<(i64, i32), oneshot::Sender<Result<Bytes, String>>>,
+}
+
+/// One connection to any Celeborn port.
+pub struct Connection {
+    addr: SocketAddr,
+    tx: mpsc::Sender<Message>,
+    pending: Arc<Mutex<Pending>>,
+}
+
+static NEXT_REQUEST: AtomicI64 = AtomicI64::new(1);
+
+fn next_request_id() -> i64 {
+    NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Connection {
+    pub async fn connect(addr: SocketAddr) -> Result<Self> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| ClientError::Connect(addr, e))?;
+        stream.set_nodelay(true).ok();
+        let (mut sink, mut frames) = Framed::new(stream, CelebornCodec::default()).split();
+        let (tx, mut rx) = mpsc::channel::<Message>(64);
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if sink.send(m).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let pending: Arc<Mutex<Pending>> = Default::default();
+        let p = pending.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(m)) = frames.next().await {
+                let mut p = p.lock();
+                match m {
+                    Message::RpcResponse { request_id, body } => {
+                        if let Some(tx) = p.rpc.remove(&request_id) {
+                            let _ = tx.send(Ok(body));
+                        }
+                    }
+                    Message::RpcFailure { request_id, error } => {
+                        if let Some(tx) = p.rpc.remove(&request_id) {
+                            let _ = tx.send(Err(error));
+                        }
+                    }
+                    Message::ChunkFetchSuccess { slice, body } => {
+                        if let Some(tx) = p.chunks.remove(&(slice.stream_id, slice.chunk_index)) {
+                            let _ = tx.send(Ok(body));
+                        }
+                    }
+                    Message::ChunkFetchFailure { slice, error } => {
+                        if let Some(tx) = p.chunks.remove(&(slice.stream_id, slice.chunk_index)) {
+                            let _ = tx.send(Err(error));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let mut p = p.lock();
+            p.rpc.clear();
+            p.chunks.clear();
+        });
+        Ok(Connection { addr, tx, pending })
+    }
+
+    async fn wait(rx: oneshot::Receiver<Result<Bytes, String>>) -> Result<Bytes> {
+        tokio::time::timeout(Duration::from_secs(120), rx)
+            .await
+            .map_err(|_| ClientError::Timeout)?
+            .map_err(|_| ClientError::Closed)?
+            .map_err(ClientError::Failure)
+    }
+
+    /// Sends a frame that expects an RpcResponse/RpcFailure with `request_id`.
+    pub async fn call(&self, request_id: i64, frame: Message) -> Result<Bytes> {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().rpc.insert(request_id, tx);
+        self.tx.send(frame).await.map_err(|_| ClientError::Closed)?;
+        Self::wait(rx).await
+    }
+
+    /// Sends a frame with no reply.
+    pub async fn send(&self, frame: Message) -> Result<()> {
+        self.tx.send(frame).await.map_err(|_| ClientError::Closed)
+    }
+
+    /// An ask to a NettyRpcEnv endpoint; the reply's TransportMessage.
+    pub async fn ask(
+        &self,
+        endpoint_name: &str,
+        message: TransportMessage,
+    ) -> Result<TransportMessage> {
+        let body = RequestMessage {
+            sender: None,
+            receiver: Some(RpcAddress {
+                host: self.addr.ip().to_string(),
+                port: self.addr.port() as i32,
+            }),
+            endpoint: endpoint_name.to_string(),
+            content: RpcContent::TransportMessage(message),
+        }
+        .encode()
+        .map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let id = next_request_id();
+        let reply = self
+            .call(
+                id,
+                Message::RpcRequest {
+                    request_id: id,
+                    body,
+                },
+            )
+            .await?;
+        match RpcContent::decode(reply).map_err(|e| ClientError::BadReply(e.to_string()))? {
+            RpcContent::TransportMessage(tm) => Ok(tm),
+            other => Err(ClientError::BadReply(format!("{other:?}"))),
+        }
+    }
+
+    /// The endpoint-verifier handshake: does `name` exist on this port?
+    pub async fn verify(&self, name: &str) -> Result<bool> {
+        let body = RequestMessage {
+            sender: None,
+            receiver: None,
+            endpoint: endpoint::VERIFIER.to_string(),
+            content: RpcContent::CheckExistence {
+                name: name.to_string(),
+            },
+        }
+        .encode()
+        .map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let id = next_request_id();
+        let reply = self
+            .call(
+                id,
+                Message::RpcRequest {
+                    request_id: id,
+                    body,
+                },
+            )
+            .await?;
+        match RpcContent::decode(reply).map_err(|e| ClientError::BadReply(e.to_string()))? {
+            RpcContent::Boolean(b) => Ok(b),
+            other => Err(ClientError::BadReply(format!("{other:?}"))),
+        }
+    }
+
+    /// A data-plane RPC (push or fetch port): TransportMessage bytes in, raw reply body out.
+    pub async fn data_rpc(&self, message: &TransportMessage) -> Result<Bytes> {
+        let id = next_request_id();
+        self.call(
+            id,
+            Message::RpcRequest {
+                request_id: id,
+                body: message.to_bytes(),
+            },
+        )
+        .await
+    }
+
+    /// Pushes one batch; the reply body (empty = written, else a status byte).
+    pub async fn push(&self, shuffle_key: &str, unique_id: &str, batch: Bytes) -> Result<Bytes> {
+        let id = next_request_id();
+        self.call(
+            id,
+            Message::PushData(PushData {
+                request_id: id,
+                mode: Mode::Primary,
+                shuffle_key: shuffle_key.into(),
+                partition_unique_id: unique_id.into(),
+                body: batch,
+            }),
+        )
+        .await
+    }
+
+    /// Pushes several batches of one map to partitions on this worker.
+    pub async fn push_merged(
+        &self,
+        shuffle_key: &str,
+        batches: &[(String, Bytes)],
+    ) -> Result<Bytes> {
+        let mut body = BytesMut::new();
+        let mut offsets = Vec::new();
+        for (_, b) in batches {
+            offsets.push(body.len() as i32);
+            body.extend_from_slice(b);
+        }
+        let id = next_request_id();
+        self.call(
+            id,
+            Message::PushMergedData(PushMergedData {
+                request_id: id,
+                mode: Mode::Primary,
+                shuffle_key: shuffle_key.into(),
+                partition_unique_ids: batches.iter().map(|(u, _)| u.clone()).collect(),
+                batch_offsets: offsets,
+                body: body.freeze(),
+            }),
+        )
+        .await
+    }
+
+    /// Fetches one whole chunk of a stream.
+    pub async fn fetch_chunk(&self, stream_id: i64, chunk_index: i32) -> Result<Bytes> {
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .chunks
+            .insert((stream_id, chunk_index), tx);
+        let s = StreamChunkSlice::whole_chunk(stream_id, chunk_index);
+        let request = TransportMessage::new(
+            MessageType::ChunkFetchRequest,
+            &PbChunkFetchRequest {
+                stream_chunk_slice: Some(PbStreamChunkSlice {
+                    stream_id: s.stream_id,
+                    chunk_index: s.chunk_index,
+                    offset: s.offset,
+                    len: s.len,
+                }),
+            },
+        );
+        let id = next_request_id();
+        self.send(Message::RpcRequest {
+            request_id: id,
+            body: request.to_bytes(),
+        })
+        .await?;
+        Self::wait(rx).await
+    }
+}
+
+/// A batch as the Spark client builds it: 16-byte little-endian header
+/// (mapId, attemptId, batchId, length) and the data.
+pub fn batch(map_id: i32, attempt_id: i32, batch_id: i32, data: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(16 + data.len());
+    b.put_i32_le(map_id);
+    b.put_i32_le(attempt_id);
+    b.put_i32_le(batch_id);
+    b.put_i32_le(data.len() as i32);
+    b.extend_from_slice(data);
+    b.freeze()
+}
+
+/// Splits a chunk back into batches: (mapId, attemptId, batchId, data).
+pub fn parse_batches(mut chunk: &[u8]) -> Result<Vec<(i32, i32, i32, Bytes)>> {
+    let mut out = Vec::new();
+    while !chunk.is_empty() {
+        if chunk.len() < 16 {
+            return Err(ClientError::BadReply("truncated batch header".into()));
+        }
+        let i = |o: usize| i32::from_le_bytes(chunk[o..o + 4].try_into().unwrap());
+        let (map, attempt, batch_id, len) = (i(0), i(4), i(8), i(12) as usize);
+        if chunk.len() < 16 + len {
+            return Err(ClientError::BadReply("truncated batch".into()));
+        }
+        out.push((
+            map,
+            attempt,
+            batch_id,
+            Bytes::copy_from_slice(&chunk[16..16 + len]),
+        ));
+        chunk = &chunk[16 + len..];
+    }
+    Ok(out)
+}
+
+/// Decodes a TransportMessage reply payload.
+pub fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M> {
+    tm.decode_payload()
+        .map_err(|e| ClientError::BadReply(e.to_string()))
+}

@@ -1,0 +1,581 @@
+//! The Celeborn roles end to end with the project's Rust client, following
+//! the Spark client's sequence: master handshake, slots, reserve, pushes,
+//! commit, streams and chunks; splits, map ranges and bad input.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use bytesize::ByteSize;
+use switchyard_celeborn::client::{batch, decode, parse_batches, Connection};
+use switchyard_celeborn::proto::*;
+use switchyard_celeborn::rpc::endpoint;
+use switchyard_celeborn::{CelebornConfig, CelebornNode, StatusCode, TransportMessage};
+use switchyard_storage::{Store, StoreConfig};
+
+struct Env {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    node: CelebornNode,
+}
+
+async fn start(memory: u64, chunk: u64) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sc = StoreConfig::default();
+    sc.memory.capacity = ByteSize::b(memory);
+    sc.memory.single_buffer_threshold = ByteSize::b(memory / 8);
+    sc.memory.spill_check_interval = Duration::from_millis(20);
+    sc.disks.dirs = vec![dir.path().join("d0")];
+    let store = Store::open(sc).await.unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let cc = CelebornConfig {
+        master_listen: any,
+        worker_rpc_listen: any,
+        worker_push_listen: any,
+        worker_fetch_listen: any,
+        worker_replicate_listen: any,
+        max_frame_size: ByteSize::mib(16),
+        chunk_size: ByteSize::b(chunk),
+        ..Default::default()
+    };
+    let node = CelebornNode::start(cc, store.clone()).await.unwrap();
+    Env {
+        _dir: dir,
+        store,
+        node,
+    }
+}
+
+fn addr(port: i32) -> SocketAddr {
+    format!("127.0.0.1:{port}").parse().unwrap()
+}
+
+fn data(map: i32, batch_id: i32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (map as usize * 31 + batch_id as usize * 7 + i) as u8)
+        .collect()
+}
+
+struct Lm {
+    master: Connection,
+    worker: Connection,
+    app: String,
+}
+
+impl Lm {
+    /// The LifecycleManager's start: verifier, app info, heartbeat, slots, reserve.
+    async fn start(
+        env: &Env,
+        app: &str,
+        shuffle: i32,
+        partitions: i32,
+        split_threshold: i64,
+        split_mode: i32,
+    ) -> Lm {
+        let master = Connection::connect(env.node.addrs.master).await.unwrap();
+        assert!(master.verify(endpoint::MASTER).await.unwrap());
+        assert!(!master.verify("NoSuchEndpoint").await.unwrap());
+        let r = master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::RegisterApplicationInfo,
+                    &PbRegisterApplicationInfo {
+                        app_id: app.into(),
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.message_type, MessageType::OneWayMessageResponse as i32);
+        assert!(r.payload.is_none());
+        let r = master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::HeartbeatFromApplication,
+                    &PbHeartbeatFromApplication {
+                        app_id: app.into(),
+                        should_response: true,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        let hb: PbHeartbeatFromApplicationResponse = decode(&r).unwrap();
+        assert_eq!(hb.status, 0);
+        let r = master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::CheckWorkersAvailable,
+                    &PbCheckWorkersAvailable {},
+                ),
+            )
+            .await
+            .unwrap();
+        assert!(
+            decode::<PbCheckWorkersAvailableResponse>(&r)
+                .unwrap()
+                .available
+        );
+        let r = master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::RequestSlots,
+                    &PbRequestSlots {
+                        application_id: app.into(),
+                        shuffle_id: shuffle,
+                        partition_id_list: (0..partitions).collect(),
+                        packed: true,
+                        available_storage_types: 2,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        let slots: PbRequestSlotsResponse = decode(&r).unwrap();
+        assert_eq!(slots.status, 0);
+        assert_eq!(slots.worker_resource.len(), 1);
+        let (worker_id, res) = slots.worker_resource.iter().next().unwrap();
+        assert_eq!(*worker_id, env.node.addrs.worker.unique_id());
+        assert_eq!(res.primary_partitions.len(), partitions as usize);
+        let rpc_port: i32 = worker_id.split(':').nth(1).unwrap().parse().unwrap();
+        let worker = Connection::connect(addr(rpc_port)).await.unwrap();
+        assert!(worker.verify(endpoint::WORKER).await.unwrap());
+        // ReserveSlots in the packed form 0.5+ clients send.
+        let n = partitions as usize;
+        let r = worker
+            .ask(
+                endpoint::WORKER,
+                TransportMessage::new(
+                    MessageType::ReserveSlots,
+                    &PbReserveSlots {
+                        application_id: app.into(),
+                        shuffle_id: shuffle,
+                        split_threshold,
+                        split_mode,
+                        partition_split_enabled: true,
+                        partition_locations_pair: Some(PbPackedPartitionLocationsPair {
+                            locations: Some(PbPackedPartitionLocations {
+                                ids: (0..partitions).collect(),
+                                epoches: vec![0; n],
+                                modes: vec![0; n],
+                                ..Default::default()
+                            }),
+                            peer_indexes: vec![i32::MAX; n],
+                            input_location_size: partitions,
+                        }),
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(decode::<PbReserveSlotsResponse>(&r).unwrap().status, 0);
+        Lm {
+            master,
+            worker,
+            app: app.into(),
+        }
+    }
+
+    async fn commit(
+        &self,
+        shuffle: i32,
+        ids: Vec<String>,
+        maps: i32,
+        epoch: i64,
+    ) -> PbCommitFilesResponse {
+        let r = self
+            .worker
+            .ask(
+                endpoint::WORKER,
+                TransportMessage::new(
+                    MessageType::CommitFiles,
+                    &PbCommitFiles {
+                        application_id: self.app.clone(),
+                        shuffle_id: shuffle,
+                        primary_ids: ids,
+                        map_attempts: vec![0; maps as usize],
+                        epoch,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        decode(&r).unwrap()
+    }
+}
+
+/// Opens every file with one BATCH_OPEN_STREAM and reads all chunks.
+async fn read_all(
+    fetch: &Connection,
+    shuffle_key: &str,
+    files: &[String],
+    start: i32,
+    end: i32,
+) -> Vec<Vec<(i32, i32, i32, Bytes)>> {
+    let request = TransportMessage::new(
+        MessageType::BatchOpenStream,
+        &PbOpenStreamList {
+            shuffle_key: shuffle_key.into(),
+            file_name: files.to_vec(),
+            start_index: vec![start; files.len()],
+            end_index: vec![end; files.len()],
+            initial_credit: vec![0; files.len()],
+            read_local_shuffle: vec![false; files.len()],
+        },
+    );
+    let body = fetch.data_rpc(&request).await.unwrap();
+    let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
+    assert_eq!(tm.message_type, MessageType::BatchOpenStreamResponse as i32);
+    let list: PbOpenStreamListResponse = decode(&tm).unwrap();
+    assert_eq!(
+        list.stream_handler_opt.len(),
+        files.len(),
+        "one entry per file"
+    );
+    let mut out = Vec::new();
+    for opt in list.stream_handler_opt {
+        assert_eq!(opt.status, 0, "{}", opt.error_msg);
+        let h = opt.stream_handler.unwrap();
+        let mut batches = Vec::new();
+        for c in 0..h.num_chunks {
+            let chunk = fetch.fetch_chunk(h.stream_id, c).await.unwrap();
+            // Chunks end on batch boundaries: each parses on its own.
+            batches.extend(parse_batches(&chunk).unwrap());
+        }
+        let end = TransportMessage::new(
+            MessageType::BufferStreamEnd,
+            &PbBufferStreamEnd {
+                stream_type: 0,
+                stream_id: h.stream_id,
+            },
+        );
+        let id = 1_000_000 + h.stream_id;
+        fetch
+            .send(switchyard_celeborn::frame::Message::RpcRequest {
+                request_id: id,
+                body: end.to_bytes(),
+            })
+            .await
+            .unwrap();
+        out.push(batches);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_sequence_push_commit_read() {
+    // 2 MiB of memory and 64 KiB chunks: the data spills and reads span chunks.
+    let env = start(2 << 20, 64 << 10).await;
+    let (app, shuffle, partitions, maps) = ("local-1700000000000", 0, 4, 6);
+    let lm = Lm::start(&env, app, shuffle, partitions, 1 << 30, 0).await;
+    let key = format!("{app}-{shuffle}");
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    let mut expected: HashMap<i32, Vec<(i32, i32)>> = HashMap::new();
+    for map in 0..maps {
+        let mut batch_id = 0;
+        for round in 0..10 {
+            // Alternate plain pushes and merged pushes, as both writers do.
+            if round % 2 == 0 {
+                for p in 0..partitions {
+                    batch_id += 1;
+                    let r = push
+                        .push(
+                            &key,
+                            &format!("{p}-0"),
+                            batch(map, 0, batch_id, &data(map, batch_id, 3000)),
+                        )
+                        .await
+                        .unwrap();
+                    assert!(r.is_empty(), "written: {r:?}");
+                    expected.entry(p).or_default().push((map, batch_id));
+                }
+            } else {
+                let mut merged = Vec::new();
+                for p in 0..partitions {
+                    batch_id += 1;
+                    merged.push((
+                        format!("{p}-0"),
+                        batch(map, 0, batch_id, &data(map, batch_id, 1000)),
+                    ));
+                    expected.entry(p).or_default().push((map, batch_id));
+                }
+                let r = push.push_merged(&key, &merged).await.unwrap();
+                assert_eq!(&r[..], &[0], "merged push written");
+            }
+        }
+    }
+    let ids: Vec<String> = (0..partitions).map(|p| format!("{p}-0")).collect();
+    let committed = lm.commit(shuffle, ids.clone(), maps, 1).await;
+    assert_eq!(committed.status, 0);
+    assert_eq!(committed.committed_primary_ids.len(), partitions as usize);
+    for uid in &ids {
+        let info = &committed.committed_primary_storage_infos[uid];
+        assert_eq!(info.r#type, 1, "HDD: read through the fetch port");
+        assert!(info.final_result);
+        let offsets = &info.chunk_offsets;
+        assert_eq!(offsets[0], 0);
+        assert_eq!(*offsets.last().unwrap(), info.file_size);
+        assert!(offsets.len() > 2, "several chunks: {offsets:?}");
+    }
+    // The same commit epoch again: the same answer.
+    let again = lm.commit(shuffle, ids.clone(), maps, 1).await;
+    assert_eq!(again, committed);
+    assert!(env.store.status().tiers.disk > 0);
+
+    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        .await
+        .unwrap();
+    let files: Vec<String> = ids.iter().map(|u| format!("{u}-0")).collect();
+    let all = read_all(&fetch, &key, &files, 0, i32::MAX).await;
+    for (p, batches) in all.iter().enumerate() {
+        let got: Vec<(i32, i32)> = batches.iter().map(|b| (b.0, b.2)).collect();
+        let mut want = expected[&(p as i32)].clone();
+        let mut got_sorted = got.clone();
+        want.sort();
+        got_sorted.sort();
+        assert_eq!(got_sorted, want, "partition {p}");
+        for (map, _, batch_id, bytes) in batches {
+            assert_eq!(&bytes[..], &data(*map, *batch_id, bytes.len())[..]);
+        }
+    }
+    // A map range [2, 4): only maps 2 and 3, map 2 first, arrival order within.
+    let ranged = read_all(&fetch, &key, &files[..1], 2, 4).await;
+    let maps_seen: Vec<i32> = ranged[0].iter().map(|b| b.0).collect();
+    assert!(!maps_seen.is_empty());
+    assert!(
+        maps_seen.windows(2).all(|w| w[0] <= w[1]),
+        "map order: {maps_seen:?}"
+    );
+    assert!(maps_seen.iter().all(|m| (2..4).contains(m)));
+    let per_map: Vec<i32> = ranged[0].iter().filter(|b| b.0 == 2).map(|b| b.2).collect();
+    assert!(
+        per_map.windows(2).all(|w| w[0] < w[1]),
+        "arrival order within a map"
+    );
+
+    // After commit, pushes to committed locations get MAP_ENDED.
+    let r = push
+        .push(&key, "0-0", batch(1, 0, 99, b"late"))
+        .await
+        .unwrap();
+    assert_eq!(&r[..], &[StatusCode::MapEnded.value()]);
+
+    // Unregister: the data is gone.
+    let r = lm
+        .master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::UnregisterShuffle,
+                &PbUnregisterShuffle {
+                    app_id: app.into(),
+                    shuffle_id: shuffle,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(decode::<PbUnregisterShuffleResponse>(&r).unwrap().status, 0);
+    assert_eq!(env.store.status().tiers.disk, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_thresholds_answer_soft_and_hard_split() {
+    let env = start(16 << 20, 1 << 20).await;
+    let push_addr = addr(env.node.addrs.worker.push_port);
+    // SOFT: written, then the client is told to split.
+    let _lm = Lm::start(&env, "app-soft", 0, 1, 1000, 0).await;
+    let push = Connection::connect(push_addr).await.unwrap();
+    let r = push
+        .push("app-soft-0", "0-0", batch(0, 0, 1, &[1; 1500]))
+        .await
+        .unwrap();
+    assert!(r.is_empty());
+    let r = push
+        .push("app-soft-0", "0-0", batch(0, 0, 2, &[2; 10]))
+        .await
+        .unwrap();
+    assert_eq!(
+        &r[..],
+        &[StatusCode::SoftSplit.value()],
+        "past the threshold: soft split, still written"
+    );
+    assert_eq!(env.store.status().operations.appended_bytes, 1516 + 26);
+    // HARD: not written; merged pushes are all sent back.
+    let _lm = Lm::start(&env, "app-hard", 0, 2, 1000, 1).await;
+    push.push("app-hard-0", "0-0", batch(0, 0, 1, &[1; 1500]))
+        .await
+        .unwrap();
+    let before = env.store.status().operations.appended_bytes;
+    let r = push
+        .push("app-hard-0", "0-0", batch(0, 0, 2, &[2; 10]))
+        .await
+        .unwrap();
+    assert_eq!(&r[..], &[StatusCode::HardSplit.value()]);
+    let r = push
+        .push_merged(
+            "app-hard-0",
+            &[
+                ("1-0".into(), batch(0, 0, 3, b"a")),
+                ("0-0".into(), batch(0, 0, 4, b"b")),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(&r[..], &[StatusCode::HardSplit.value()]);
+    assert_eq!(
+        env.store.status().operations.appended_bytes,
+        before,
+        "nothing written on hard split"
+    );
+    // A new epoch of the split partition takes the data.
+    let worker = Connection::connect(addr(env.node.addrs.worker.rpc_port))
+        .await
+        .unwrap();
+    let r = worker
+        .ask(
+            endpoint::WORKER,
+            TransportMessage::new(
+                MessageType::ReserveSlots,
+                &PbReserveSlots {
+                    application_id: "app-hard".into(),
+                    shuffle_id: 0,
+                    primary_locations: vec![PbPartitionLocation {
+                        id: 0,
+                        epoch: 1,
+                        ..Default::default()
+                    }],
+                    split_threshold: 1000,
+                    split_mode: 1,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(decode::<PbReserveSlotsResponse>(&r).unwrap().status, 0);
+    let r = push
+        .push("app-hard-0", "0-1", batch(0, 0, 2, &[2; 10]))
+        .await
+        .unwrap();
+    assert!(r.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_errors_and_harms_no_one() {
+    let env = start(16 << 20, 1 << 20).await;
+    let lm = Lm::start(&env, "app-good", 0, 1, 1 << 30, 0).await;
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    push.push("app-good-0", "0-0", batch(0, 0, 1, b"good data"))
+        .await
+        .unwrap();
+    // Unknown shuffle: the failure text starts with the status name.
+    let err = push
+        .push("nope-0", "0-0", batch(0, 0, 1, b"x"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("PUSH_DATA_FAIL_PARTITION_NOT_FOUND"),
+        "{err}"
+    );
+    // Unknown message types on the RPC ports fail the ask.
+    let err = lm
+        .master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::without_payload(MessageType::StageEnd),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not handle"), "{err}");
+    // A commit of an unknown shuffle.
+    let r = lm
+        .worker
+        .ask(
+            endpoint::WORKER,
+            TransportMessage::new(
+                MessageType::CommitFiles,
+                &PbCommitFiles {
+                    application_id: "nope".into(),
+                    primary_ids: vec!["0-0".into()],
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let c: PbCommitFilesResponse = decode(&r).unwrap();
+    assert_eq!(c.status, StatusCode::ShuffleUnregistered.as_i32());
+    assert_eq!(c.failed_primary_ids, vec!["0-0".to_string()]);
+    // Opening a stream of something never written.
+    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        .await
+        .unwrap();
+    let request = TransportMessage::new(
+        MessageType::OpenStream,
+        &PbOpenStream {
+            shuffle_key: "nope-0".into(),
+            file_name: "0-0-0".into(),
+            end_index: i32::MAX,
+            ..Default::default()
+        },
+    );
+    assert!(fetch.data_rpc(&request).await.is_err());
+    // Garbage frames close only their own connection, on every port.
+    for port in [
+        env.node.addrs.master,
+        addr(env.node.addrs.worker.push_port),
+        addr(env.node.addrs.worker.fetch_port),
+    ] {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(port).await.unwrap();
+        raw.write_all(&[0x7f, 0xff, 0xff, 0xff, 0x63, 0, 0, 0, 0, 1, 2, 3])
+            .await
+            .unwrap();
+        let mut buf = [0u8; 8];
+        let n = tokio::time::timeout(Duration::from_secs(5), raw.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 0, "closed after a bad frame");
+    }
+    // The good app is intact.
+    let committed = lm.commit(0, vec!["0-0".into()], 1, 1).await;
+    assert_eq!(committed.committed_primary_ids, vec!["0-0".to_string()]);
+    let got = read_all(&fetch, "app-good-0", &["0-0-0".to_string()], 0, i32::MAX).await;
+    assert_eq!(&got[0][0].3[..], b"good data");
+    // Application lost: everything of it goes.
+    let r = lm
+        .master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::ApplicationLost,
+                &PbApplicationLost {
+                    app_id: "app-good".into(),
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(decode::<PbApplicationLostResponse>(&r).unwrap().status, 0);
+    assert!(!env.store.has_app("app-good"));
+}
