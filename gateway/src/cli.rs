@@ -32,6 +32,8 @@ pub enum BenchCommand {
     Storage(crate::bench::storage::StorageBenchArgs),
     /// Any Uniffle deployment through its coordinator: write, read, verify.
     Uniffle(crate::bench::uniffle::UniffleBenchArgs),
+    /// Any Celeborn deployment through its master: push, commit, fetch, verify.
+    Celeborn(crate::bench::celeborn::CelebornBenchArgs),
 }
 
 #[derive(Debug, Args)]

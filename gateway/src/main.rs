@@ -60,6 +60,7 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
         match bench {
             BenchCommand::Storage(args) => bench::storage::run(args).await,
             BenchCommand::Uniffle(args) => bench::uniffle::run(args).await,
+            BenchCommand::Celeborn(args) => bench::celeborn::run(args).await,
         }
     })
 }

@@ -1,6 +1,7 @@
 //! `switchyard bench ...`: benchmarks that print figures and a ratio against a
 //! baseline measured in the same run.
 
+pub mod celeborn;
 pub mod report;
 pub mod storage;
 pub mod uniffle;

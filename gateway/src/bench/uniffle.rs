@@ -264,7 +264,7 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
 }
 
 /// One TCP stream over loopback: what the wire can carry on this machine.
-async fn loopback_tcp_gbps(bytes: u64) -> anyhow::Result<f64> {
+pub(crate) async fn loopback_tcp_gbps(bytes: u64) -> anyhow::Result<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
