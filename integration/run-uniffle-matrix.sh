@@ -13,7 +13,7 @@
 # Builds nothing in Rust. Environment:
 #   SWITCHYARD_BIN          the binary (default: <repo>/target/debug/switchyard)
 #   UNIFFLE_CLIENT_JARS     extra client jars, ':'-separated (optional)
-#   UNIFFLE_MAVEN_VERSIONS  Maven Central versions to run over GRPC (default "0.9.2 0.9.0")
+#   UNIFFLE_MAVEN_VERSIONS  Maven Central versions to run over GRPC (default "0.9.2 0.9.0"; empty: none)
 #   UNIFFLE_JAR_TRANSPORTS  transports for the extra jars (default "GRPC GRPC_NETTY")
 #   MVN                     maven command (default: mvn)
 # Arguments are passed to every mvn run, e.g.
@@ -26,7 +26,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 bin=${SWITCHYARD_BIN:-$root/target/debug/switchyard}
 mvn_cmd=${MVN:-mvn}
-versions=${UNIFFLE_MAVEN_VERSIONS:-0.9.2 0.9.0}
+versions=${UNIFFLE_MAVEN_VERSIONS-0.9.2 0.9.0}
 jar_transports=${UNIFFLE_JAR_TRANSPORTS:-GRPC GRPC_NETTY}
 outdir=$here/target/matrix
 

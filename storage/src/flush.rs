@@ -275,13 +275,19 @@ impl Store {
     }
 
     /// Picks partitions, largest staged first, until unflushed memory would
-    /// fall to the low watermark, and queues their flushes.
+    /// fall to the low watermark, and queues their flushes. After a refused
+    /// charge it also frees at least the refused amount, watermark or not.
     pub(crate) fn spill_if_needed(self: &Arc<Self>) {
-        if !self.over_high_watermark() {
+        let refused = self.pressure.swap(0, Ordering::AcqRel);
+        if !self.over_high_watermark() && refused == 0 {
             return;
         }
         let target = (self.config.memory.low_watermark * self.budget.capacity() as f64) as u64;
-        let mut excess = self.budget.unflushed().saturating_sub(target);
+        let unflushed = self.budget.unflushed();
+        let mut excess = unflushed.saturating_sub(target).max(refused.min(unflushed));
+        if excess == 0 {
+            return;
+        }
         let mut candidates: Vec<(u64, Arc<Partition>)> = self
             .all_partitions()
             .into_iter()

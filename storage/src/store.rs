@@ -60,6 +60,8 @@ pub struct Store {
     read_budget_kib: u32,
     pub(crate) next_segment: AtomicU64,
     pub(crate) spill_wakeup: tokio::sync::Notify,
+    /// Largest charge refused since the last spill check (0: none).
+    pub(crate) pressure: AtomicU64,
     pub(crate) counters: crate::status::Counters,
     pub(crate) epoch: Instant,
     pub(crate) cancel: CancellationToken,
@@ -116,6 +118,7 @@ impl Store {
             read_budget_kib,
             next_segment: AtomicU64::new(uid_start),
             spill_wakeup: tokio::sync::Notify::new(),
+            pressure: AtomicU64::new(0),
             counters: Default::default(),
             epoch: Instant::now(),
             cancel: CancellationToken::new(),
@@ -227,8 +230,7 @@ impl Store {
         }
         let r = Reservation::new(self.budget.clone(), bytes);
         if r.is_err() {
-            self.counters.no_buffer.fetch_add(1, Ordering::Relaxed);
-            self.spill_wakeup.notify_one();
+            self.refused(bytes);
         }
         r
     }
@@ -259,8 +261,7 @@ impl Store {
             if let Err(e) = self.budget.try_charge(charge - covered) {
                 // Give the covered part back: nothing is appended.
                 self.budget.release(covered);
-                self.counters.no_buffer.fetch_add(1, Ordering::Relaxed);
-                self.spill_wakeup.notify_one();
+                self.refused(charge - covered);
                 return Err(e);
             }
         }
@@ -298,6 +299,15 @@ impl Store {
             self.spill_wakeup.notify_one();
         }
         Ok(())
+    }
+
+    /// A charge of `bytes` did not fit: make room even below the high
+    /// watermark, or a writer whose request is larger than the room between
+    /// the watermark and the capacity would wait forever.
+    fn refused(&self, bytes: u64) {
+        self.counters.no_buffer.fetch_add(1, Ordering::Relaxed);
+        self.pressure.fetch_max(bytes, Ordering::AcqRel);
+        self.spill_wakeup.notify_one();
     }
 
     // ---- reads ----------------------------------------------------------

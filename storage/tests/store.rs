@@ -435,3 +435,31 @@ async fn disk_rate_limits_hold_back_flushes_and_reads() {
         "reads are limited too"
     );
 }
+
+#[tokio::test]
+async fn a_refused_charge_spills_even_below_the_high_watermark() {
+    // The deadlock a real 0.10 client hit: 74 % of memory unflushed (below the
+    // 75 % watermark) and a request for 30 % that cannot fit. Nothing else
+    // writes, so only the refusal itself can start a spill.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 1, 100_000);
+    c.memory.single_buffer_threshold = bytesize::ByteSize::b(1 << 40);
+    c.memory.high_watermark = 0.75;
+    c.memory.low_watermark = 0.25;
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    for i in 0..37 {
+        store
+            .append(&key, vec![block(i, 0, 1968)], None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.budget().used(), 74_000);
+    assert!(store.reserve(30_000).unwrap_err().is_backpressure());
+    wait_until("the refused reservation fits", || {
+        store.reserve(30_000).is_ok()
+    })
+    .await;
+    assert!(store.partition_stats(&key).unwrap().disk_bytes > 0);
+}
