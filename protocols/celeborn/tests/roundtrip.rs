@@ -579,3 +579,38 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     assert_eq!(decode::<PbApplicationLostResponse>(&r).unwrap().status, 0);
     assert!(!env.store.has_app("app-good"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_streams_are_closed() {
+    let env = start(16 << 20, 1 << 20).await;
+    let lm = Lm::start(&env, "app-idle", 0, 1, 1 << 30, 0).await;
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    push.push("app-idle-0", "0-0", batch(0, 0, 1, b"x"))
+        .await
+        .unwrap();
+    lm.commit(0, vec!["0-0".into()], 1, 1).await;
+    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        .await
+        .unwrap();
+    let open = TransportMessage::new(
+        MessageType::OpenStream,
+        &PbOpenStream {
+            shuffle_key: "app-idle-0".into(),
+            file_name: "0-0-0".into(),
+            end_index: i32::MAX,
+            ..Default::default()
+        },
+    );
+    fetch.data_rpc(&open).await.unwrap();
+    assert_eq!(env.node.worker.streams.len(), 1);
+    assert_eq!(
+        env.node.worker.expire_streams(Duration::from_secs(60)),
+        0,
+        "fresh stream kept"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(env.node.worker.expire_streams(Duration::from_millis(10)), 1);
+    assert!(env.node.worker.streams.is_empty());
+}

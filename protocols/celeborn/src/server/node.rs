@@ -16,6 +16,10 @@ use super::rpc::RpcPort;
 use super::worker::{FetchPort, PushPort, WorkerAddr, WorkerState};
 use crate::config::CelebornConfig;
 
+/// A read stream unused this long is closed (the client's fetch timeout is
+/// 600 s by default).
+const STREAM_IDLE: Duration = Duration::from_secs(900);
+
 #[derive(Debug, Clone)]
 pub struct CelebornAddrs {
     pub master: SocketAddr,
@@ -118,6 +122,21 @@ impl CelebornNode {
                 cancel.clone(),
             )),
         ];
+        let mut tasks = tasks;
+        {
+            // Readers that die without BUFFER_STREAM_END leave streams behind.
+            let worker = worker.clone();
+            let cancel = cancel.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+                    }
+                    worker.expire_streams(STREAM_IDLE);
+                }
+            }));
+        }
         tracing::info!(master = %master_addr, worker = %addr.unique_id(), "celeborn roles listening");
         Ok(CelebornNode {
             addrs: CelebornAddrs {

@@ -80,12 +80,14 @@ impl FetchPort {
 
     async fn chunk(&self, slice: StreamChunkSlice) -> Message {
         let result = async {
-            let view = self
+            let stream = self
                 .state
                 .streams
                 .get(&slice.stream_id)
                 .map(|v| v.clone())
                 .ok_or_else(|| format!("unknown stream {}", slice.stream_id))?;
+            stream.touch();
+            let view = &stream.view;
             let index = usize::try_from(slice.chunk_index)
                 .map_err(|_| "negative chunk index".to_string())?;
             let data = self

@@ -111,12 +111,24 @@ impl ShuffleState {
     }
 }
 
+/// An open read stream and when it was last used.
+pub struct Stream {
+    pub view: Arc<PartitionView>,
+    last_used: parking_lot::Mutex<std::time::Instant>,
+}
+
+impl Stream {
+    pub(crate) fn touch(&self) {
+        *self.last_used.lock() = std::time::Instant::now();
+    }
+}
+
 pub struct WorkerState {
     pub store: Arc<Store>,
     pub config: CelebornConfig,
     pub addr: WorkerAddr,
     pub shuffles: DashMap<String, Arc<ShuffleState>>,
-    pub streams: DashMap<i64, Arc<PartitionView>>,
+    pub streams: DashMap<i64, Arc<Stream>>,
     next_stream: AtomicI64,
 }
 
@@ -159,7 +171,13 @@ impl WorkerState {
 
     pub(crate) fn add_stream(&self, view: PartitionView) -> i64 {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        self.streams.insert(id, Arc::new(view));
+        self.streams.insert(
+            id,
+            Arc::new(Stream {
+                view: Arc::new(view),
+                last_used: parking_lot::Mutex::new(std::time::Instant::now()),
+            }),
+        );
         metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
         id
     }
@@ -169,11 +187,25 @@ impl WorkerState {
         metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
     }
 
+    /// Closes streams unused for `idle` (a reader that died without
+    /// BUFFER_STREAM_END); returns how many.
+    pub fn expire_streams(&self, idle: std::time::Duration) -> usize {
+        let before = self.streams.len();
+        self.streams
+            .retain(|_, s| s.last_used.lock().elapsed() < idle);
+        let closed = before - self.streams.len();
+        if closed > 0 {
+            tracing::info!(closed, "idle read streams closed");
+            metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
+        }
+        closed
+    }
+
     /// Forgets a shuffle and removes its data.
     pub async fn remove_shuffle(&self, app: &str, shuffle_id: i32) {
         self.shuffles.remove(&format!("{app}-{shuffle_id}"));
         self.streams
-            .retain(|_, v| !(&*v.key().app == app && v.key().shuffle == shuffle_id));
+            .retain(|_, v| !(&*v.view.key().app == app && v.view.key().shuffle == shuffle_id));
         if let Err(e) = self.store.remove_shuffle(app, shuffle_id).await {
             tracing::warn!(app, shuffle_id, error = %e, "removing a shuffle failed");
         }
@@ -182,7 +214,7 @@ impl WorkerState {
     /// Forgets an application and removes its data.
     pub async fn remove_app(&self, app: &str) {
         self.shuffles.retain(|_, s| s.app != app);
-        self.streams.retain(|_, v| &*v.key().app != app);
+        self.streams.retain(|_, v| &*v.view.key().app != app);
         if let Err(e) = self.store.remove_app(app).await {
             tracing::warn!(app, error = %e, "removing an application failed");
         }
