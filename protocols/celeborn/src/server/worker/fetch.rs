@@ -93,7 +93,7 @@ impl FetchPort {
             let data = self
                 .state
                 .store
-                .read_chunk(&view, index)
+                .read_chunk(view, index)
                 .await
                 .map_err(|e| e.to_string())?;
             let offset = usize::try_from(slice.offset)
