@@ -74,24 +74,48 @@ impl Lm {
         split_threshold: i64,
         split_mode: i32,
     ) -> Lm {
+        Self::start_as(
+            env,
+            app,
+            shuffle,
+            partitions,
+            split_threshold,
+            split_mode,
+            true,
+        )
+        .await
+    }
+
+    /// `v06`: behave as a 0.6.1+ LifecycleManager (REGISTER_APPLICATION_INFO).
+    async fn start_as(
+        env: &Env,
+        app: &str,
+        shuffle: i32,
+        partitions: i32,
+        split_threshold: i64,
+        split_mode: i32,
+        v06: bool,
+    ) -> Lm {
         let master = Connection::connect(env.node.addrs.master).await.unwrap();
         assert!(master.verify(endpoint::MASTER).await.unwrap());
         assert!(!master.verify("NoSuchEndpoint").await.unwrap());
-        let r = master
-            .ask(
-                endpoint::MASTER,
-                TransportMessage::new(
-                    MessageType::RegisterApplicationInfo,
-                    &PbRegisterApplicationInfo {
-                        app_id: app.into(),
-                        ..Default::default()
-                    },
-                ),
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.message_type, MessageType::OneWayMessageResponse as i32);
-        assert!(r.payload.is_none());
+        if v06 {
+            let r = master
+                .ask(
+                    endpoint::MASTER,
+                    TransportMessage::new(
+                        MessageType::RegisterApplicationInfo,
+                        &PbRegisterApplicationInfo {
+                            app_id: app.into(),
+                            ..Default::default()
+                        },
+                    ),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.message_type, MessageType::OneWayMessageResponse as i32);
+            assert!(r.payload.is_none());
+        }
         let r = master
             .ask(
                 endpoint::MASTER,
@@ -415,20 +439,20 @@ async fn split_thresholds_answer_soft_and_hard_split() {
         "past the threshold: soft split, still written"
     );
     assert_eq!(env.store.status().operations.appended_bytes, 1516 + 26);
-    // HARD: not written; merged pushes are all sent back.
-    let _lm = Lm::start(&env, "app-hard", 0, 2, 1000, 1).await;
-    push.push("app-hard-0", "0-0", batch(0, 0, 1, &[1; 1500]))
+    // HARD, 0.5 client: not written; a merged push is sent back whole.
+    let _lm = Lm::start_as(&env, "app-hard05", 0, 2, 1000, 1, false).await;
+    push.push("app-hard05-0", "0-0", batch(0, 0, 1, &[1; 1500]))
         .await
         .unwrap();
     let before = env.store.status().operations.appended_bytes;
     let r = push
-        .push("app-hard-0", "0-0", batch(0, 0, 2, &[2; 10]))
+        .push("app-hard05-0", "0-0", batch(0, 0, 2, &[2; 10]))
         .await
         .unwrap();
     assert_eq!(&r[..], &[StatusCode::HardSplit.value()]);
     let r = push
         .push_merged(
-            "app-hard-0",
+            "app-hard05-0",
             &[
                 ("1-0".into(), batch(0, 0, 3, b"a")),
                 ("0-0".into(), batch(0, 0, 4, b"b")),
@@ -441,6 +465,37 @@ async fn split_thresholds_answer_soft_and_hard_split() {
         env.store.status().operations.appended_bytes,
         before,
         "nothing written on hard split"
+    );
+    // HARD, 0.6.1+ client: the batch for the healthy location is written,
+    // and the reply names the split index.
+    let _lm = Lm::start(&env, "app-hard", 0, 2, 1000, 1).await;
+    push.push("app-hard-0", "0-0", batch(0, 0, 1, &[1; 1500]))
+        .await
+        .unwrap();
+    let before = env.store.status().operations.appended_bytes;
+    let r = push
+        .push_merged(
+            "app-hard-0",
+            &[
+                ("1-0".into(), batch(0, 0, 3, b"a")),
+                ("0-0".into(), batch(0, 0, 4, b"b")),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r[0], StatusCode::HardSplit.value());
+    let info = TransportMessage::from_bytes(r.slice(1..)).unwrap().unwrap();
+    assert_eq!(
+        info.message_type,
+        MessageType::PushMergedDataSplitPartitionInfo as i32
+    );
+    let info: PbPushMergedDataSplitPartitionInfo = decode(&info).unwrap();
+    assert_eq!(info.split_partition_indexes, vec![1]);
+    assert_eq!(info.status_codes, vec![StatusCode::HardSplit.as_i32()]);
+    assert_eq!(
+        env.store.status().operations.appended_bytes,
+        before + 17,
+        "index 0 written"
     );
     // A new epoch of the split partition takes the data.
     let worker = Connection::connect(addr(env.node.addrs.worker.rpc_port))

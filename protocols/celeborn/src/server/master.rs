@@ -39,6 +39,7 @@ impl Endpoint for MasterEndpoint {
             Some(MessageType::RegisterApplicationInfo) => {
                 let r: PbRegisterApplicationInfo = decode(&tm)?;
                 store.register_app(&r.app_id);
+                self.worker.split_info_apps.insert(r.app_id);
                 Ok(TransportMessage::without_payload(
                     MessageType::OneWayMessageResponse,
                 ))

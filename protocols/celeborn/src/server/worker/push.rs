@@ -170,10 +170,9 @@ impl Handler for PushPort {
                     .zip(&batches)
                     .map(|(uid, b)| judge(shuffle.as_ref(), uid, replica, b))
                     .collect();
-                // One answer for the whole merged push, in the form both 0.5
-                // and 0.6+ clients read: any location that cannot take its
-                // batch sends every batch to revive (a bare HARD_SPLIT), and
-                // nothing is written.
+                let split_info = shuffle
+                    .as_ref()
+                    .is_some_and(|s| self.state.split_info_apps.contains(&s.app));
                 let reply = if let Some(code) = verdicts.iter().find_map(|v| match v {
                     Verdict::Fail(code) => Some(*code),
                     _ => None,
@@ -184,10 +183,14 @@ impl Handler for PushPort {
                     .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
                 {
                     Ok(vec![StatusCode::MapEnded.value()])
+                } else if split_info {
+                    self.merged_with_split_info(verdicts, batches).await
                 } else if verdicts
                     .iter()
                     .any(|v| !matches!(v, Verdict::Write(_, false)))
                 {
+                    // 0.5 clients read only a bare HARD_SPLIT, which sends
+                    // every batch of the push to revive: write none of them.
                     Ok(vec![StatusCode::HardSplit.value()])
                 } else {
                     let mut result = Ok(vec![StatusCode::Success.value()]);
@@ -224,6 +227,58 @@ impl Handler for PushPort {
     }
 }
 
+impl PushPort {
+    /// The 0.6+ reply to a merged push: batches whose location can take them
+    /// are written; the reply lists the indexes that split (HARD: not
+    /// written, resent after revive; SOFT: written).
+    async fn merged_with_split_info(
+        &self,
+        verdicts: Vec<Verdict>,
+        batches: Vec<Bytes>,
+    ) -> Result<Vec<u8>, StatusCode> {
+        let mut statuses: Vec<(i32, StatusCode)> = Vec::new();
+        for (i, (v, batch)) in verdicts.into_iter().zip(batches).enumerate() {
+            match v {
+                Verdict::Write(loc, soft) => match self.append(&loc, batch).await {
+                    Ok(()) if soft => statuses.push((i as i32, StatusCode::SoftSplit)),
+                    Ok(()) => {}
+                    Err(StatusCode::HardSplit) => statuses.push((i as i32, StatusCode::HardSplit)),
+                    Err(code) => return Err(code),
+                },
+                Verdict::Reply(StatusCode::MapEnded) => {} // nothing to resend
+                Verdict::Reply(code) => statuses.push((i as i32, code)),
+                Verdict::Fail(code) => return Err(code),
+            }
+        }
+        Ok(merged_split_reply(&statuses))
+    }
+}
+
+/// The PushMergedData reply of 0.6+ clients: `00` when nothing split, else
+/// `15` (any HARD_SPLIT) or `16` followed by the TransportMessage bytes of
+/// `PbPushMergedDataSplitPartitionInfo` (type 91) naming each split index.
+pub fn merged_split_reply(statuses: &[(i32, StatusCode)]) -> Vec<u8> {
+    if statuses.is_empty() {
+        return vec![StatusCode::Success.value()];
+    }
+    let lead = if statuses.iter().any(|(_, c)| *c == StatusCode::HardSplit) {
+        StatusCode::HardSplit
+    } else {
+        StatusCode::SoftSplit
+    };
+    let info = crate::proto::PbPushMergedDataSplitPartitionInfo {
+        split_partition_indexes: statuses.iter().map(|(i, _)| *i).collect(),
+        status_codes: statuses.iter().map(|(_, c)| c.as_i32()).collect(),
+    };
+    let tm = crate::transport_message::TransportMessage::new(
+        crate::proto::MessageType::PushMergedDataSplitPartitionInfo,
+        &info,
+    );
+    let mut out = vec![lead.value()];
+    out.extend_from_slice(&tm.to_bytes());
+    out
+}
+
 async fn send(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, StatusCode>) {
     let frame = match reply {
         Ok(body) => Message::RpcResponse {
@@ -236,4 +291,29 @@ async fn send(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, StatusC
         },
     };
     replier.send(frame).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_split_reply_bytes() {
+        assert_eq!(merged_split_reply(&[]), vec![0x00]);
+        // Index 1 soft, index 3 hard: lead byte HARD_SPLIT, then type 91,
+        // length, and the protobuf (packed repeated int32s).
+        let r = merged_split_reply(&[(1, StatusCode::SoftSplit), (3, StatusCode::HardSplit)]);
+        assert_eq!(
+            r,
+            vec![
+                0x15, // HARD_SPLIT
+                0x00, 0x00, 0x00, 0x5B, // PUSH_MERGED_DATA_SPLIT_PARTITION_INFO = 91
+                0x00, 0x00, 0x00, 0x08, // payload length
+                0x0A, 0x02, 0x01, 0x03, // splitPartitionIndexes = [1, 3]
+                0x12, 0x02, 0x16, 0x15, // statusCodes = [22, 21]
+            ]
+        );
+        let soft = merged_split_reply(&[(0, StatusCode::SoftSplit)]);
+        assert_eq!(soft[0], 0x16);
+    }
 }

@@ -129,6 +129,10 @@ pub struct WorkerState {
     pub addr: WorkerAddr,
     pub shuffles: DashMap<String, Arc<ShuffleState>>,
     pub streams: DashMap<i64, Arc<Stream>>,
+    /// Applications whose LifecycleManager sent REGISTER_APPLICATION_INFO,
+    /// so are 0.6.1 or newer: their merged pushes get per-partition split
+    /// replies, which 0.5 clients cannot read.
+    pub split_info_apps: dashmap::DashSet<String>,
     next_stream: AtomicI64,
 }
 
@@ -140,6 +144,7 @@ impl WorkerState {
             addr,
             shuffles: DashMap::new(),
             streams: DashMap::new(),
+            split_info_apps: dashmap::DashSet::new(),
             next_stream: AtomicI64::new(1),
         })
     }
@@ -215,6 +220,7 @@ impl WorkerState {
     pub async fn remove_app(&self, app: &str) {
         self.shuffles.retain(|_, s| s.app != app);
         self.streams.retain(|_, v| &*v.view.key().app != app);
+        self.split_info_apps.remove(app);
         if let Err(e) = self.store.remove_app(app).await {
             tracing::warn!(app, error = %e, "removing an application failed");
         }

@@ -20,7 +20,7 @@ import org.apache.spark.sql.SparkSession;
  * java ... dev.switchyard.it.MixedJobMain CLIENT ENDPOINT RECORDS OUT_FILE BARRIER_DIR PARTIES
  *   CLIENT      uniffle-GRPC | uniffle-GRPC_NETTY | celeborn-HASH | celeborn-SORT | vanilla
  *   ENDPOINT    coordinator quorum (uniffle) or master endpoint (celeborn); "-" for vanilla
- *   BARRIER_DIR once its SparkSession is up, the job writes NAME.ready here and waits (up to 3
+ *   BARRIER_DIR once its SparkSession is up, the job writes OUT_FILE_NAME.ready here and waits (up to 3
  *               minutes) until PARTIES such files exist, so that the jobs start together
  * </pre>
  *
@@ -77,7 +77,7 @@ public final class MixedJobMain {
     try {
       System.out.printf("[mixed:%s] SparkSession up after %d ms%n", client, System.currentTimeMillis() - t0);
       Files.createDirectories(barrier);
-      Files.writeString(barrier.resolve(client + ".ready"), Long.toString(System.currentTimeMillis()));
+      Files.writeString(barrier.resolve(out.getFileName() + ".ready"), Long.toString(System.currentTimeMillis()));
       long deadline = System.currentTimeMillis() + 180_000;
       while (countReady(barrier) < parties) {
         if (System.currentTimeMillis() > deadline) {

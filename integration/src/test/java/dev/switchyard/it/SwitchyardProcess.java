@@ -135,7 +135,7 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "server_grpc_listen = \"127.0.0.1:" + grpcPort + "\"\n"
         + "server_netty_listen = \"127.0.0.1:" + nettyPort + "\"\n"
         + "advertised_host = \"127.0.0.1\"\n"
-        + (celeborn ? celebornSection() : "")
+        + (celeborn ? celebornSection() : "[celeborn]\nenabled = false\n")
         + "[storage.memory]\n"
         + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
         + "[storage.disks]\n"
@@ -143,8 +143,8 @@ public final class SwitchyardProcess implements AutoCloseable {
   }
 
   /**
-   * The Celeborn roles. Without this section the server runs as before (Uniffle only), so the
-   * Uniffle suite also runs against binaries that do not know the section.
+   * The Celeborn roles on their own free ports. (Without Celeborn the config says {@code
+   * enabled = false}: the server's default is on, at the fixed ports 9097 and 9100-9103.)
    */
   private String celebornSection() {
     return "[celeborn]\n"
@@ -240,6 +240,11 @@ public final class SwitchyardProcess implements AutoCloseable {
       throw new IllegalStateException(
           "switchyard died (exit status " + process.exitValue() + ")\n" + logTail(80));
     }
+  }
+
+  /** The server's process id (e.g. for SIGSTOP in a hung-server test). */
+  public long pid() {
+    return process.pid();
   }
 
   public boolean isAlive() {

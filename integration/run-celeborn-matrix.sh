@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs the Spark + stock Celeborn client integration suite (integration/, JUnit tag
+# "celeborn") against a switchyard binary, once per client version, each with both
+# writers (HASH and SORT), then the mixed-protocol test once:
+#
+#   1. celeborn-client-spark-3-shaded_2.12 0.5.4 from Maven Central, HASH and SORT
+#   2. celeborn-client-spark-3-shaded_2.12 0.5.1 from Maven Central, HASH and SORT
+#   3. MixedProtocolTest (tag "mixed"): one switchyard, a Uniffle 0.9.2 GRPC job and a
+#      Celeborn job (first version of the list, HASH) at the same time, each in its
+#      own JVM
+#
+# Builds nothing in Rust. Environment:
+#   SWITCHYARD_BIN           the binary (default: <repo>/target/debug/switchyard)
+#   CELEBORN_MAVEN_VERSIONS  Maven Central versions (default "0.5.4 0.5.1"; empty: none)
+#   CELEBORN_WRITERS         writers per version (default "HASH,SORT")
+#   CELEBORN_SKIP_MIXED=1    leave out the mixed-protocol entry
+#   MVN                      maven command (default: mvn)
+# Arguments are passed to every mvn run, e.g.
+#   ./run-celeborn-matrix.sh -Dswitchyard.large.records=1000000
+#
+# Exits 1 if any entry fails, 2 if the binary is missing. Logs: integration/target/matrix/.
+set -u -o pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+bin=${SWITCHYARD_BIN:-$root/target/debug/switchyard}
+mvn_cmd=${MVN:-mvn}
+versions=${CELEBORN_MAVEN_VERSIONS-0.5.4 0.5.1}
+writers=${CELEBORN_WRITERS:-HASH,SORT}
+outdir=$here/target/matrix
+
+case "$bin" in
+  /*) ;;
+  *) bin=$(cd "$(dirname "$bin")" 2>/dev/null && pwd)/$(basename "$bin") ;;
+esac
+if [ ! -x "$bin" ]; then
+  echo "error: switchyard binary not found or not executable: $bin" >&2
+  echo "       build it (cargo build -p switchyard) or set SWITCHYARD_BIN" >&2
+  exit 2
+fi
+
+mkdir -p "$outdir"
+summary=()
+failed=0
+n=0
+
+# run_entry LABEL MVN_ARGS...
+run_entry() {
+  local label=$1
+  shift
+  n=$((n + 1))
+  local slug
+  slug=$(printf 'celeborn-%02d-%s' "$n" "$label" | tr -c 'A-Za-z0-9._-' '_')
+  local log=$outdir/$slug.log
+  echo
+  echo "=== [$n] $label"
+  echo "    log: $log"
+  rm -f "$here/target/switchyard-it-timings.txt"
+  local start=$SECONDS
+  (cd "$here" && "$mvn_cmd" -B test -Dswitchyard.bin="$bin" "$@" "${extra_args[@]}") >"$log" 2>&1
+  local rc=$?
+  local secs=$((SECONDS - start))
+  local tests
+  tests=$(grep -E '^\[(INFO|ERROR|WARNING)\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -1 | sed -E 's/^\[[A-Z]+\] //')
+  [ -n "$tests" ] || tests="no test summary (build or dependency failure? see log)"
+  if [ -f "$here/target/switchyard-it-timings.txt" ]; then
+    cp "$here/target/switchyard-it-timings.txt" "$outdir/$slug-timings.txt"
+    sed 's/^/    /' "$here/target/switchyard-it-timings.txt"
+  fi
+  grep -E '^\[ERROR\]   ' "$log" | head -20 | sed 's/^/    /'
+  local verdict=PASS
+  # A run that executed no test (e.g. a mistyped -Dtest) is a failure too.
+  if [ $rc -ne 0 ] || ! grep -qE 'Tests run: [1-9]' "$log"; then
+    verdict=FAIL
+    failed=$((failed + 1))
+  fi
+  local line
+  line=$(printf '%s  %-40s %4ds  %s' "$verdict" "$label" "$secs" "$tests")
+  echo "    $line"
+  summary+=("$line")
+}
+
+extra_args=("$@")
+echo "switchyard: $bin"
+echo "celeborn client versions: ${versions:-none}; writers: $writers"
+
+first=""
+for v in $versions; do
+  [ -n "$first" ] || first=$v
+  run_entry "celeborn-$v-${writers//,/+}" -Dshuffle.client=celeborn -Dceleborn.client.version="$v" \
+    -Dceleborn.writers="$writers"
+done
+
+if [ "${CELEBORN_SKIP_MIXED:-0}" = 1 ]; then
+  echo
+  echo "=== mixed-protocol test: skipped (CELEBORN_SKIP_MIXED=1)"
+  summary+=("SKIP  mixed-protocol test: CELEBORN_SKIP_MIXED=1")
+else
+  mixed_version=${first:-0.5.4}
+  mixed_writer=${writers%%,*}
+  run_entry "mixed-uniffle-0.9.2-GRPC+celeborn-$mixed_version-$mixed_writer" -Dshuffle.client=mixed \
+    -Dceleborn.client.version="$mixed_version" -Dceleborn.writers="$mixed_writer" \
+    -Duniffle.client.version=0.9.2 -Duniffle.client.type=GRPC
+fi
+
+echo
+echo "=== summary (logs in $outdir)"
+for l in "${summary[@]}"; do
+  echo "  $l"
+done
+if [ $failed -ne 0 ]; then
+  echo "FAILED: $failed matrix entr$([ $failed -eq 1 ] && echo y || echo ies)"
+  exit 1
+fi
+echo "all matrix entries passed"
