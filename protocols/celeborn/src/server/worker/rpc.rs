@@ -87,6 +87,21 @@ fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, Strin
     Ok(out)
 }
 
+/// What CommitFiles answers for a committed location: a local file (read
+/// through this worker's fetch port), final, with its size and chunk offsets
+/// (fields 6 and 7, read by 0.6+ clients; 0.5 clients skip them).
+fn committed_storage_info(size: u64, offsets: &[u64]) -> PbStorageInfo {
+    PbStorageInfo {
+        r#type: STORAGE_TYPE_HDD,
+        mount_point: String::new(),
+        final_result: true,
+        file_path: String::new(),
+        available_storage_types: 0,
+        file_size: size as i64,
+        chunk_offsets: offsets.iter().map(|&o| o as i64).collect(),
+    }
+}
+
 impl WorkerEndpoint {
     fn reserve(&self, r: PbReserveSlots) -> PbReserveSlotsResponse {
         let fail = |status: StatusCode, reason: String| {
@@ -189,15 +204,7 @@ impl WorkerEndpoint {
                     Ok(None) => {} // an empty file: neither committed nor failed
                     Ok(Some((stats, offsets))) => {
                         let size = stats.disk_bytes + stats.cold_bytes;
-                        let info = PbStorageInfo {
-                            r#type: STORAGE_TYPE_HDD,
-                            mount_point: String::new(),
-                            final_result: true,
-                            file_path: String::new(),
-                            available_storage_types: 0,
-                            file_size: size as i64,
-                            chunk_offsets: offsets.into_iter().map(|o| o as i64).collect(),
-                        };
+                        let info = committed_storage_info(size, &offsets);
                         reply.total_written += size as i64;
                         reply.file_count += 1;
                         if replica {
@@ -260,5 +267,51 @@ impl WorkerEndpoint {
             status: StatusCode::Success.as_i32(),
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn committed_storage_info_bytes() {
+        // As Java's PbStorageInfo.toByteArray() writes it: type 1 (08 01),
+        // finalResult true (18 01), fileSize 100 (30 64), chunkOffsets
+        // [0, 100] packed (3A 02 00 64); empty strings and 0 are omitted.
+        let bytes = committed_storage_info(100, &[0, 100]).encode_to_vec();
+        assert_eq!(
+            bytes,
+            vec![0x08, 0x01, 0x18, 0x01, 0x30, 0x64, 0x3A, 0x02, 0x00, 0x64]
+        );
+    }
+
+    #[test]
+    fn packed_locations_take_only_the_input_entries() {
+        let r = PbReserveSlots {
+            partition_locations_pair: Some(PbPackedPartitionLocationsPair {
+                locations: Some(PbPackedPartitionLocations {
+                    ids: vec![4, 5, 4],
+                    epoches: vec![0, 2, 0],
+                    modes: vec![0, 0, 1],
+                    ..Default::default()
+                }),
+                peer_indexes: vec![2, i32::MAX, 0],
+                // The third entry is the peer of the first, not an input.
+                input_location_size: 2,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            reserved_locations(&r).unwrap(),
+            vec![(4, 0, false), (5, 2, false)]
+        );
+        let mut bad = r.clone();
+        bad.partition_locations_pair
+            .as_mut()
+            .unwrap()
+            .input_location_size = 9;
+        assert!(reserved_locations(&bad).is_err());
     }
 }
