@@ -1,15 +1,29 @@
-//! The cold tier: an OpenDAL operator (fs now; S3 and HDFS are configuration).
+//! The cold tier: an OpenDAL operator over `fs`, `s3` or `hdfs` (hdfs-native).
 //!
 //! Object stores cannot append, so each flush to the cold tier writes one new
 //! immutable data object and its index object. Reads go through the gateway:
 //! clients never need credentials for the cold store.
+//!
+//! Every request passes OpenDAL's layers: a concurrent-limit layer
+//! (`cold.max_requests`), a timeout per request (`cold.io_timeout`), retries
+//! with backoff (`cold.retries`) and the metrics layer (`opendal_operation_*`
+//! series through the same `metrics` recorder as ours).
+//!
+//! Data objects are written in parts of `cold.upload_part_size` (S3 multipart
+//! upload), from a buffer over the blocks' own `Bytes`: no copy.
+//!
+//! Reads of data objects go through a byte-bounded cache of aligned windows
+//! (`cold.readahead` bytes each, `cold.read_cache` in all): a read fetches each
+//! window it touches in one request, and a reader nearing a window's end has
+//! the next window fetched ahead, so a sequential reader's next reads come from
+//! memory. Only durable, immutable objects are cached, never acknowledged
+//! blocks that are still in memory, so evicting an entry loses nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use opendal::layers::{RetryLayer, TimeoutLayer};
+use opendal::layers::{ConcurrentLimitLayer, MetricsLayer, RetryLayer, TimeoutLayer};
 use opendal::{Buffer, Operator};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -23,8 +37,26 @@ pub struct ColdStatus {
     pub service: String,
     pub stored_bytes: u64,
     pub written_bytes: u64,
+    /// Bytes fetched from the cold service (index and data, read-ahead too).
     pub read_bytes: u64,
+    /// Ranged reads sent to the cold service.
+    pub read_requests: u64,
+    /// Data reads answered from the read cache without a request.
+    pub read_cache_hits: u64,
+    /// Bytes held by the read cache now.
+    pub read_cache_bytes: u64,
     pub write_errors: u64,
+}
+
+/// Key of one cached window: (data object path, window number).
+type WindowKey = (Arc<str>, u64);
+
+struct ReadCache {
+    windows: moka::future::Cache<WindowKey, Bytes>,
+    /// Window size in bytes.
+    window: u64,
+    /// Reads longer than this bypass the cache (they would only evict it).
+    max_cached_read: u64,
 }
 
 pub(crate) struct ColdTier {
@@ -32,34 +64,107 @@ pub(crate) struct ColdTier {
     prefix: String,
     service: &'static str,
     write_slots: Semaphore,
+    upload_part_size: usize,
+    upload_part_concurrency: usize,
+    cache: Option<ReadCache>,
     pub(crate) stored_bytes: AtomicU64,
     written_bytes: AtomicU64,
     read_bytes: AtomicU64,
+    read_requests: AtomicU64,
+    cache_hits: AtomicU64,
     write_errors: AtomicU64,
     pub(crate) huge_partition_threshold: u64,
 }
 
+/// Builds the operator of a backend, without layers.
+fn operator(backend: &ColdBackend) -> Result<Operator> {
+    Ok(match backend {
+        ColdBackend::Fs { root } => {
+            std::fs::create_dir_all(root).map_err(|e| StorageError::io(root, e))?;
+            let root = root.canonicalize().map_err(|e| StorageError::io(root, e))?;
+            Operator::new(opendal::services::Fs::default().root(&root.to_string_lossy()))?
+        }
+        ColdBackend::S3 {
+            bucket,
+            endpoint,
+            region,
+            access_key_id,
+            secret_access_key,
+            path_style,
+        } => {
+            let mut b = opendal::services::S3::default()
+                .bucket(bucket)
+                .region(region)
+                .root("/");
+            if let Some(endpoint) = endpoint {
+                b = b.endpoint(endpoint);
+            }
+            if let (Some(ak), Some(sk)) = (access_key_id, secret_access_key) {
+                // Static credentials: look nowhere else (no profile files,
+                // no instance metadata service).
+                b = b
+                    .access_key_id(ak)
+                    .secret_access_key(sk.expose())
+                    .disable_config_load()
+                    .disable_ec2_metadata();
+            }
+            if !path_style {
+                b = b.enable_virtual_host_style();
+            }
+            Operator::new(b)?
+        }
+        ColdBackend::Hdfs { name_node, root } => Operator::new(
+            opendal::services::HdfsNative::default()
+                .name_node(name_node)
+                .root(root),
+        )?,
+    })
+}
+
 impl ColdTier {
     pub(crate) fn open(config: &ColdConfig) -> Result<Arc<Self>> {
-        let (op, service) = match &config.backend {
-            ColdBackend::Fs { root } => {
-                std::fs::create_dir_all(root).map_err(|e| StorageError::io(root, e))?;
-                let root = root.canonicalize().map_err(|e| StorageError::io(root, e))?;
-                let builder = opendal::services::Fs::default().root(&root.to_string_lossy());
-                (Operator::new(builder)?, "fs")
-            }
-        };
-        let op = op
-            .layer(TimeoutLayer::new().with_io_timeout(Duration::from_secs(60)))
-            .layer(RetryLayer::new().with_jitter().with_max_times(4));
+        config.validate().map_err(StorageError::Config)?;
+        // Innermost first: metrics and the concurrency limit see each attempt
+        // (a retry's backoff holds no permit); the timeout bounds an attempt;
+        // retries wrap it all.
+        let op = operator(&config.backend)?
+            .layer(MetricsLayer::default())
+            .layer(ConcurrentLimitLayer::new(config.max_requests))
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(config.io_timeout)
+                    .with_io_timeout(config.io_timeout),
+            )
+            .layer(
+                RetryLayer::new()
+                    .with_jitter()
+                    .with_max_times(config.retries),
+            );
+        let window = config.readahead.as_u64();
+        let cache = (config.read_cache.as_u64() > 0 && window > 0).then(|| ReadCache {
+            windows: moka::future::Cache::builder()
+                .weigher(|k: &WindowKey, v: &Bytes| {
+                    (k.0.len() + v.len()).min(u32::MAX as usize) as u32
+                })
+                .max_capacity(config.read_cache.as_u64())
+                .support_invalidation_closures()
+                .build(),
+            window,
+            max_cached_read: config.read_cache.as_u64() / 4,
+        });
         Ok(Arc::new(ColdTier {
             op,
             prefix: config.prefix.trim_matches('/').to_string(),
-            service,
+            service: config.backend.service(),
             write_slots: Semaphore::new(config.write_concurrency.max(1)),
+            upload_part_size: config.upload_part_size.as_u64().min(usize::MAX as u64) as usize,
+            upload_part_concurrency: config.upload_part_concurrency.max(1),
+            cache,
             stored_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
+            read_requests: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
             huge_partition_threshold: config.huge_partition_threshold.as_u64(),
         }))
@@ -87,10 +192,26 @@ impl ColdTier {
             .await
             .map_err(|_| StorageError::ShuttingDown)?;
         let bytes: u64 = blocks.iter().map(Block::len).sum();
-        // A non-contiguous buffer over the blocks: no copy into one allocation.
+        // A non-contiguous buffer over the blocks: no copy into one allocation,
+        // and the writer cuts its parts as slices of the same `Bytes`.
         let data: Vec<Bytes> = blocks.iter().map(|b| b.data.clone()).collect();
         let result = async {
-            self.op.write(data_path, Buffer::from(data)).await?;
+            let mut w = self
+                .op
+                .writer_with(data_path)
+                .chunk(self.upload_part_size)
+                .concurrent(self.upload_part_concurrency)
+                .await?;
+            let written = async {
+                w.write(Buffer::from(data)).await?;
+                w.close().await
+            }
+            .await;
+            if let Err(e) = written {
+                // Drop uploaded parts of an unfinished multipart upload.
+                let _ = w.abort().await;
+                return Err(e);
+            }
             // The index goes last: a readable index implies readable data.
             self.op.write(index_path, index).await?;
             Ok::<_, opendal::Error>(())
@@ -113,7 +234,9 @@ impl ColdTier {
         }
     }
 
+    /// Bytes `[offset, offset + len)` of an object, in one request, uncached.
     pub(crate) async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        self.read_requests.fetch_add(1, Ordering::Relaxed);
         let buf = self
             .op
             .read_with(path)
@@ -127,13 +250,95 @@ impl ColdTier {
         Ok(buf.to_bytes())
     }
 
-    pub(crate) async fn delete(&self, path: &str) -> Result<()> {
+    /// Bytes `[offset, offset + len)` of the immutable data object `path`,
+    /// `object_len` bytes long, through the read cache.
+    pub(crate) async fn read_data(
+        self: &Arc<Self>,
+        path: &str,
+        object_len: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let Some(cache) = &self.cache else {
+            return self.read(path, offset, len).await;
+        };
+        if len > cache.max_cached_read || offset + len > object_len {
+            return self.read(path, offset, len).await;
+        }
+        let end = offset + len;
+        let (first, last) = (offset / cache.window, (end - 1) / cache.window);
+        let path: Arc<str> = Arc::from(path);
+        let windows = futures::future::try_join_all(
+            (first..=last).map(|w| self.window(path.clone(), w, object_len)),
+        )
+        .await?;
+        // A reader nearing the end of the last window it touched reads on:
+        // fetch the next window now, off this read's path.
+        let next = last + 1;
+        if next * cache.window < object_len
+            && end - last * cache.window >= cache.window / 2
+            && !cache.windows.contains_key(&(path.clone(), next))
+        {
+            let tier = self.clone();
+            let path = path.clone();
+            tokio::spawn(async move {
+                let _ = tier.window(path, next, object_len).await;
+            });
+        }
+        let base = first * cache.window;
+        let from = (offset - base) as usize;
+        Ok(if windows.len() == 1 {
+            windows[0].slice(from..from + len as usize)
+        } else {
+            let mut out = bytes::BytesMut::with_capacity(len as usize);
+            for w in &windows {
+                out.extend_from_slice(w);
+            }
+            out.freeze().slice(from..from + len as usize)
+        })
+    }
+
+    /// One aligned window of a data object, from the cache or one request.
+    async fn window(&self, path: Arc<str>, w: u64, object_len: u64) -> Result<Bytes> {
+        let cache = self.cache.as_ref().expect("called with a cache");
+        let key = (path, w);
+        if let Some(hit) = cache.windows.get(&key).await {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("switchyard_cold_read_cache_hits_total").increment(1);
+            return Ok(hit);
+        }
+        let start = w * cache.window;
+        let len = cache.window.min(object_len - start);
+        let load = self.read(&key.0, start, len);
+        cache
+            .windows
+            .try_get_with(key.clone(), load)
+            .await
+            .map_err(|e: Arc<StorageError>| crate::store::clone_error(&e))
+    }
+
+    /// Deletes one object of `len` bytes and forgets its cached windows.
+    pub(crate) async fn delete(&self, path: &str, len: u64) -> Result<()> {
+        if let Some(cache) = &self.cache {
+            let p: Arc<str> = Arc::from(path);
+            for w in 0..len.div_ceil(cache.window) {
+                cache.windows.invalidate(&(p.clone(), w)).await;
+            }
+        }
         Ok(self.op.delete(path).await?)
     }
 
     /// Deletes everything below `rel` (a directory-like prefix).
     pub(crate) async fn delete_prefix(&self, rel: &str) -> Result<()> {
         let path = format!("{}/", self.path(rel).trim_end_matches('/'));
+        if let Some(cache) = &self.cache {
+            // Windows a read-ahead may have brought in after their segment's
+            // own delete.
+            let prefix = path.clone();
+            let _ = cache
+                .windows
+                .invalidate_entries_if(move |k, _| k.0.starts_with(&prefix));
+        }
         Ok(self.op.delete_with(&path).recursive(true).await?)
     }
 
@@ -154,7 +359,112 @@ impl ColdTier {
             stored_bytes: self.stored_bytes.load(Ordering::Relaxed),
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            read_requests: self.read_requests.load(Ordering::Relaxed),
+            read_cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            read_cache_bytes: self
+                .cache
+                .as_ref()
+                .map(|c| c.windows.weighted_size())
+                .unwrap_or(0),
             write_errors: self.write_errors.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytesize::ByteSize;
+
+    use super::*;
+
+    fn tier(dir: &std::path::Path, cache: u64, window: u64) -> Arc<ColdTier> {
+        let mut c = ColdConfig::new(ColdBackend::Fs {
+            root: dir.to_path_buf(),
+        });
+        c.read_cache = ByteSize::b(cache);
+        c.readahead = ByteSize::b(window);
+        ColdTier::open(&c).unwrap()
+    }
+
+    fn object(len: usize) -> Bytes {
+        (0..len).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[tokio::test]
+    async fn sequential_reads_fetch_each_window_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tier(dir.path(), 1 << 20, 16 << 10);
+        let data = object(64 << 10);
+        t.op.write("o.data", data.clone()).await.unwrap();
+        let mut at = 0;
+        while at < data.len() {
+            let n = (4000).min(data.len() - at);
+            let got = t
+                .read_data("o.data", data.len() as u64, at as u64, n as u64)
+                .await
+                .unwrap();
+            assert_eq!(got, data.slice(at..at + n), "read at {at}");
+            at += n;
+        }
+        let s = t.status();
+        assert_eq!(s.read_requests, 4, "one request per 16 KiB window");
+        assert_eq!(s.read_bytes, 64 << 10);
+        assert!(s.read_cache_hits >= 10, "{s:?}");
+        // Spanning windows, unaligned.
+        let got = t
+            .read_data("o.data", data.len() as u64, 10_000, 30_000)
+            .await
+            .unwrap();
+        assert_eq!(got, data.slice(10_000..40_000));
+        assert_eq!(t.status().read_requests, 4, "all from the cache");
+    }
+
+    #[tokio::test]
+    async fn the_cache_stays_within_its_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tier(dir.path(), 32 << 10, 8 << 10);
+        let data = object(256 << 10);
+        t.op.write("o.data", data.clone()).await.unwrap();
+        for at in (0..data.len()).step_by(3000) {
+            let n = 3000.min(data.len() - at);
+            let got = t
+                .read_data("o.data", data.len() as u64, at as u64, n as u64)
+                .await
+                .unwrap();
+            assert_eq!(got, data.slice(at..at + n));
+        }
+        let cache = &t.cache.as_ref().unwrap().windows;
+        cache.run_pending_tasks().await;
+        assert!(
+            cache.weighted_size() <= 32 << 10,
+            "{}",
+            cache.weighted_size()
+        );
+        // A read larger than a quarter of the cache goes around it.
+        let before = cache.entry_count();
+        let got = t
+            .read_data("o.data", data.len() as u64, 0, 100_000)
+            .await
+            .unwrap();
+        assert_eq!(got, data.slice(0..100_000));
+        cache.run_pending_tasks().await;
+        assert!(cache.entry_count() <= before.max(4));
+        // Deleting the object forgets its windows.
+        t.delete("o.data", data.len() as u64).await.unwrap();
+        cache.run_pending_tasks().await;
+        assert_eq!(cache.entry_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn no_cache_reads_directly() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tier(dir.path(), 0, 0);
+        let data = object(10_000);
+        t.op.write("o.data", data.clone()).await.unwrap();
+        for _ in 0..3 {
+            let got = t.read_data("o.data", 10_000, 100, 200).await.unwrap();
+            assert_eq!(got, data.slice(100..300));
+        }
+        assert_eq!(t.status().read_requests, 3);
     }
 }

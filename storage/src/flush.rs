@@ -144,7 +144,9 @@ impl Store {
     }
 
     async fn retry_pause(&self, attempt: u32) -> Result<()> {
-        let pause = Duration::from_millis(20 * u64::from(attempt.min(50)));
+        // Short and bounded: a flush waits for a disk to come back, and its
+        // partition (and removal of its shuffle) waits for the flush.
+        let pause = Duration::from_millis(20 * u64::from(attempt.min(10)));
         tokio::select! {
             _ = tokio::time::sleep(pause) => Ok(()),
             // A store stopping for good does not wait for a disk to come back.

@@ -33,7 +33,9 @@ pub mod view;
 pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN};
 pub use budget::{MemoryBudget, Reservation};
 pub use cold::ColdStatus;
-pub use config::{AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, StoreConfig};
+pub use config::{
+    AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, Secret, StoreConfig,
+};
 pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
 pub use id::{AppId, PartitionKey};

@@ -149,6 +149,10 @@ impl Store {
         metrics::gauge!("switchyard_tier_bytes", "tier" => "memory").set(t.memory as f64);
         metrics::gauge!("switchyard_tier_bytes", "tier" => "disk").set(t.disk as f64);
         metrics::gauge!("switchyard_tier_bytes", "tier" => "cold").set(t.cold as f64);
+        if let Some(cold) = &self.cold {
+            metrics::gauge!("switchyard_cold_read_cache_bytes")
+                .set(cold.status().read_cache_bytes as f64);
+        }
         for d in &self.disks {
             let s = d.status();
             let dir = s.dir.display().to_string();

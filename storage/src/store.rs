@@ -442,7 +442,12 @@ impl Store {
                 .read(data.clone(), offset, len)
                 .await
                 .map_err(|e| StorageError::io(data, e)),
-            SegmentLocation::Cold { data, .. } => self.cold_tier()?.read(data, offset, len).await,
+            SegmentLocation::Cold { data, .. } => {
+                // A cold segment is written once: its length is its object's.
+                self.cold_tier()?
+                    .read_data(data, seg.len(), offset, len)
+                    .await
+            }
         }
     }
 
@@ -558,8 +563,8 @@ impl Store {
                     SegmentLocation::Cold { data, index } => {
                         if let Some(cold) = &self.cold {
                             cold.stored_bytes.fetch_sub(len, Ordering::Relaxed);
-                            for path in [data, index] {
-                                if let Err(e) = cold.delete(path).await {
+                            for (path, len) in [(data, len), (index, 0)] {
+                                if let Err(e) = cold.delete(path, len).await {
                                     tracing::warn!(path, error = %e, "cold delete failed");
                                 }
                             }
@@ -667,7 +672,7 @@ pub(crate) fn concat(mut pieces: Vec<Bytes>) -> Bytes {
 }
 
 /// Errors from the cache loader are shared; rebuild an owned one.
-fn clone_error(e: &StorageError) -> StorageError {
+pub(crate) fn clone_error(e: &StorageError) -> StorageError {
     match e {
         StorageError::Io { path, source } => StorageError::Io {
             path: path.clone(),

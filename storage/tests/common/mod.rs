@@ -42,14 +42,13 @@ pub fn config(root: &Path, disks: usize, memory: u64) -> StoreConfig {
 }
 
 pub fn with_cold(mut c: StoreConfig, root: &Path, huge: u64) -> StoreConfig {
-    c.cold = Some(ColdConfig {
-        backend: ColdBackend::Fs {
-            root: root.join("cold"),
-        },
-        prefix: "sy".into(),
-        huge_partition_threshold: ByteSize::b(huge),
-        write_concurrency: 2,
+    let mut cold = ColdConfig::new(ColdBackend::Fs {
+        root: root.join("cold"),
     });
+    cold.prefix = "sy".into();
+    cold.huge_partition_threshold = ByteSize::b(huge);
+    cold.write_concurrency = 2;
+    c.cold = Some(cold);
     c
 }
 
