@@ -12,16 +12,17 @@ pub fn mib(bytes: u64) -> f64 {
 
 /// Peak resident set size of this process (VmHWM), in bytes.
 pub fn peak_rss() -> Option<u64> {
-    proc_status_kib("VmHWM:").map(|k| k * 1024)
+    proc_status_kib("self", "VmHWM:").map(|k| k * 1024)
 }
 
 /// Current resident set size of this process (VmRSS), in bytes.
 pub fn current_rss() -> Option<u64> {
-    proc_status_kib("VmRSS:").map(|k| k * 1024)
+    proc_status_kib("self", "VmRSS:").map(|k| k * 1024)
 }
 
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+/// A `kB` field of `/proc/<pid>/status`.
+fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
         .find(|l| l.starts_with(field))?
@@ -33,15 +34,7 @@ fn proc_status_kib(field: &str) -> Option<u64> {
 
 /// Peak RSS of another process (a server under test), in bytes.
 pub fn peak_rss_of(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|k| k * 1024)
+    proc_status_kib(&pid.to_string(), "VmHWM:").map(|k| k * 1024)
 }
 
 /// Asks the kernel to drop clean page-cache pages, so reads hit the device.

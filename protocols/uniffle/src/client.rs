@@ -52,8 +52,7 @@ fn check(op: &'static str, status: i32, msg: String) -> Result<()> {
     }
 }
 
-async fn channel(addr: &str, max: usize) -> Result<Channel> {
-    let _ = max;
+async fn channel(addr: &str) -> Result<Channel> {
     Ok(Endpoint::from_shared(format!("http://{addr}"))
         .map_err(ClientError::Transport)?
         .connect_timeout(Duration::from_secs(5))
@@ -73,7 +72,7 @@ pub struct Coordinator {
 impl Coordinator {
     pub async fn connect(addr: &str) -> Result<Self> {
         Ok(Coordinator {
-            inner: CoordinatorServerClient::new(channel(addr, MAX_MESSAGE).await?)
+            inner: CoordinatorServerClient::new(channel(addr).await?)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
         })
@@ -172,11 +171,10 @@ pub struct ShuffleServer {
 
 impl ShuffleServer {
     pub async fn connect(server: &ShuffleServerId, transport: Transport) -> Result<Self> {
-        let grpc = ShuffleServerClient::new(
-            channel(&format!("{}:{}", server.ip, server.port), MAX_MESSAGE).await?,
-        )
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
+        let grpc =
+            ShuffleServerClient::new(channel(&format!("{}:{}", server.ip, server.port)).await?)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE);
         let netty = match transport {
             Transport::Grpc => None,
             Transport::GrpcNetty => {

@@ -3,15 +3,12 @@
 
 use std::sync::Arc;
 
-use super::rpc::Endpoint;
+use super::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use super::worker::WorkerState;
 use crate::proto::*;
 use crate::rpc::endpoint;
 use crate::status::StatusCode;
 use crate::transport_message::TransportMessage;
-
-/// StorageInfo type offered for new locations (`StorageInfo.Type.HDD`).
-const STORAGE_TYPE_HDD: i32 = 1;
 
 pub struct MasterEndpoint {
     worker: Arc<WorkerState>,
@@ -21,11 +18,6 @@ impl MasterEndpoint {
     pub fn new(worker: Arc<WorkerState>) -> Arc<Self> {
         Arc::new(MasterEndpoint { worker })
     }
-}
-
-fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M, String> {
-    tm.decode_payload()
-        .map_err(|e| format!("bad payload for message type {}: {e}", tm.message_type))
 }
 
 impl Endpoint for MasterEndpoint {

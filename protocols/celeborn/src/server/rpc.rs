@@ -10,6 +10,16 @@ use crate::frame::Message;
 use crate::rpc::{encode_boolean, encode_reply, endpoint, RequestMessage, RpcContent};
 use crate::transport_message::TransportMessage;
 
+/// StorageInfo type of this worker's files (`StorageInfo.Type.HDD`): readers
+/// fetch them through the worker's fetch port.
+pub(crate) const STORAGE_TYPE_HDD: i32 = 1;
+
+/// Decodes a control message's payload, or says which type did not decode.
+pub(crate) fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M, String> {
+    tm.decode_payload()
+        .map_err(|e| format!("bad payload for message type {}: {e}", tm.message_type))
+}
+
 /// A named RPC endpoint (`MasterEndpoint`, `WorkerEndpoint`).
 pub trait Endpoint: Send + Sync + 'static {
     fn name(&self) -> &'static str;

@@ -7,13 +7,9 @@ use std::sync::Arc;
 use super::state::{ShuffleState, WorkerState};
 use crate::proto::*;
 use crate::rpc::endpoint;
-use crate::server::rpc::Endpoint;
+use crate::server::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use crate::status::StatusCode;
 use crate::transport_message::TransportMessage;
-
-/// StorageInfo type of a committed local file (`StorageInfo.Type.HDD`): the
-/// reader fetches it through this worker's fetch port.
-const STORAGE_TYPE_HDD: i32 = 1;
 
 pub struct WorkerEndpoint {
     state: Arc<WorkerState>,
@@ -23,11 +19,6 @@ impl WorkerEndpoint {
     pub fn new(state: Arc<WorkerState>) -> Arc<Self> {
         Arc::new(WorkerEndpoint { state })
     }
-}
-
-fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M, String> {
-    tm.decode_payload()
-        .map_err(|e| format!("bad payload for message type {}: {e}", tm.message_type))
 }
 
 impl Endpoint for WorkerEndpoint {
