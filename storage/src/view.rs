@@ -109,6 +109,25 @@ impl Store {
         })
     }
 
+    /// Flushes the partition, then opens a chunked view of the blocks `keep`
+    /// accepts, in data order (Celeborn's map partitions select records by
+    /// region and sub-partition).
+    pub async fn open_filtered_view(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        keep: impl Fn(&IndexRecord) -> bool,
+        chunk_size: u64,
+    ) -> Result<PartitionView> {
+        let index = self.read_index_flushed(key).await?;
+        let mut records = IndexRecord::decode_all(&index.0);
+        records.retain(|r| keep(r));
+        Ok(PartitionView {
+            partition: index.1,
+            chunks: chunk_records(&records, chunk_size.max(1)),
+            blocks: records.len(),
+        })
+    }
+
     async fn read_index_flushed(
         self: &Arc<Self>,
         key: &PartitionKey,

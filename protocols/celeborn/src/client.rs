@@ -43,11 +43,24 @@ struct Pending {
     chunks: HashMap<(i64, i32), oneshot::Sender<Result<Bytes, String>>>,
 }
 
+/// Frames the server sends on its own (credit streams: READ_DATA, backlog,
+/// errors, and its BUFFER_STREAM_END RPC requests).
+type Events = Arc<Mutex<Option<mpsc::UnboundedSender<Message>>>>;
+
 /// One connection to any Celeborn port.
 pub struct Connection {
     addr: SocketAddr,
     tx: mpsc::Sender<Message>,
     pending: Arc<Mutex<Pending>>,
+    events: Events,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    /// Closes the socket: the reader task holds its other half.
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 static NEXT_REQUEST: AtomicI64 = AtomicI64::new(1);
@@ -73,7 +86,9 @@ impl Connection {
         });
         let pending: Arc<Mutex<Pending>> = Default::default();
         let p = pending.clone();
-        tokio::spawn(async move {
+        let events: Events = Default::default();
+        let ev = events.clone();
+        let reader = tokio::spawn(async move {
             while let Some(Ok(m)) = frames.next().await {
                 let mut p = p.lock();
                 match m {
@@ -97,14 +112,33 @@ impl Connection {
                             let _ = tx.send(Err(error));
                         }
                     }
-                    _ => {}
+                    other => {
+                        if let Some(tx) = ev.lock().as_ref() {
+                            let _ = tx.send(other);
+                        }
+                    }
                 }
             }
+            ev.lock().take();
             let mut p = p.lock();
             p.rpc.clear();
             p.chunks.clear();
         });
-        Ok(Connection { addr, tx, pending })
+        Ok(Connection {
+            addr,
+            tx,
+            pending,
+            events,
+            reader,
+        })
+    }
+
+    /// Receives the frames that answer no request of ours from now on; the
+    /// channel ends when the connection does.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Message> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.events.lock() = Some(tx);
+        rx
     }
 
     async fn wait(rx: oneshot::Receiver<Result<Bytes, String>>) -> Result<Bytes> {

@@ -96,6 +96,35 @@ impl Lm {
         split_mode: i32,
         v06: bool,
     ) -> Lm {
+        Self::start_typed(
+            env,
+            app,
+            shuffle,
+            partitions,
+            split_threshold,
+            split_mode,
+            v06,
+            0,
+        )
+        .await
+    }
+
+    /// A Flink LifecycleManager: one MAP partition location per map task.
+    async fn start_map(env: &Env, app: &str, shuffle: i32, maps: i32) -> Lm {
+        Self::start_typed(env, app, shuffle, maps, 1 << 40, 0, true, 1).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_typed(
+        env: &Env,
+        app: &str,
+        shuffle: i32,
+        partitions: i32,
+        split_threshold: i64,
+        split_mode: i32,
+        v06: bool,
+        partition_type: i32,
+    ) -> Lm {
         let master = Connection::connect(env.node.addrs.master).await.unwrap();
         assert!(master.verify(endpoint::MASTER).await.unwrap());
         assert!(!master.verify("NoSuchEndpoint").await.unwrap());
@@ -185,6 +214,7 @@ impl Lm {
                         shuffle_id: shuffle,
                         split_threshold,
                         split_mode,
+                        partition_type,
                         partition_split_enabled: true,
                         partition_locations_pair: Some(PbPackedPartitionLocationsPair {
                             locations: Some(PbPackedPartitionLocations {
@@ -668,4 +698,438 @@ async fn abandoned_streams_are_closed() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(env.node.worker.expire_streams(Duration::from_millis(10)), 1);
     assert!(env.node.worker.streams.is_empty());
+}
+
+// ---- Flink: map partitions and credit-based reads -----------------------
+
+/// One Flink record: the big-endian header the Flink client writes
+/// (sub-partition, attempt, batch, length) and its data.
+fn flink_record(sub: i32, batch: i32, payload: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(16 + payload.len());
+    for word in [sub, 0, batch, payload.len() as i32] {
+        v.extend_from_slice(&word.to_be_bytes());
+    }
+    v.extend_from_slice(payload);
+    Bytes::from(v)
+}
+
+fn flink_payload(map: i32, region: i32, sub: i32, n: i32) -> Vec<u8> {
+    let len = 200 + ((map * 7919 + region * 131 + sub * 17 + n * 3) % 5000) as usize;
+    (0..len)
+        .map(|i| (i as i32 * 13 + map * 5 + region * 3 + sub + n) as u8)
+        .collect()
+}
+
+async fn map_rpc(
+    push: &Connection,
+    kind: MessageType,
+    payload: &impl prost::Message,
+) -> Result<Bytes, String> {
+    push.data_rpc(&TransportMessage::new(kind, payload))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One region of a map task as the Flink client writes it: start, records
+/// in ascending sub-partition order, finish. Returns the records.
+async fn write_region(
+    push: &Connection,
+    key: &str,
+    uid: &str,
+    map: i32,
+    region: i32,
+    broadcast: bool,
+    subs: &[(i32, i32)],
+) -> Vec<(i32, Bytes)> {
+    let start = PbRegionStart {
+        mode: 0,
+        shuffle_key: key.into(),
+        partition_unique_id: uid.into(),
+        attempt_id: 0,
+        current_region_index: region,
+        is_broadcast: broadcast,
+    };
+    assert!(map_rpc(push, MessageType::RegionStart, &start)
+        .await
+        .unwrap()
+        .is_empty());
+    let mut written = Vec::new();
+    let mut batch = region * 1000;
+    for &(sub, count) in subs {
+        for n in 0..count {
+            batch += 1;
+            let record = flink_record(sub, batch, &flink_payload(map, region, sub, n));
+            // Pipelined like the client's pushes: the order is kept.
+            let r = push.push(key, uid, record.clone()).await.unwrap();
+            assert!(r.is_empty());
+            written.push((sub, record));
+        }
+    }
+    let finish = PbRegionFinish {
+        mode: 0,
+        shuffle_key: key.into(),
+        partition_unique_id: uid.into(),
+        attempt_id: 0,
+    };
+    assert!(map_rpc(push, MessageType::RegionFinish, &finish)
+        .await
+        .unwrap()
+        .is_empty());
+    written
+}
+
+/// What a reader of `[start, end]` must get, in order.
+fn expected_reads(regions: &[(bool, Vec<(i32, Bytes)>)], start: i32, end: i32) -> Vec<Bytes> {
+    regions
+        .iter()
+        .flat_map(|(broadcast, records)| {
+            records
+                .iter()
+                .filter(move |(sub, _)| {
+                    if *broadcast {
+                        *sub == 0
+                    } else {
+                        (start..=end).contains(sub)
+                    }
+                })
+                .map(|(_, r)| r.clone())
+        })
+        .collect()
+}
+
+enum Granting {
+    /// Grant as many credits as each backlog announces.
+    Backlog,
+    /// Never grant beyond the initial credit.
+    Never,
+}
+
+struct CreditRead {
+    records: Vec<Bytes>,
+    ended: bool,
+    error: Option<String>,
+}
+
+/// A map task's regions as written: (broadcast, [(sub-partition, record)]).
+type Regions = Vec<(bool, Vec<(i32, Bytes)>)>;
+
+/// Opens a credit stream like the Flink client and reads it until its end,
+/// an error, or `quiet` without any frame.
+#[allow(clippy::too_many_arguments)]
+async fn credit_read(
+    fetch: &Connection,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<switchyard_celeborn::frame::Message>,
+    key: &str,
+    file: &str,
+    (start, end): (i32, i32),
+    initial_credit: i32,
+    granting: Granting,
+    quiet: Duration,
+) -> Result<CreditRead, String> {
+    use switchyard_celeborn::frame::Message as M;
+    let open = PbOpenStream {
+        shuffle_key: key.into(),
+        file_name: file.into(),
+        start_index: start,
+        end_index: end,
+        initial_credit,
+        read_local_shuffle: false,
+    };
+    let body = fetch
+        .data_rpc(&TransportMessage::new(MessageType::OpenStream, &open))
+        .await
+        .map_err(|e| e.to_string())?;
+    let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
+    let handler: PbStreamHandler = decode(&tm).unwrap();
+    let stream = handler.stream_id;
+    let mut out = CreditRead {
+        records: Vec::new(),
+        ended: false,
+        error: None,
+    };
+    let mut credit = initial_credit as i64;
+    while let Ok(Some(m)) = tokio::time::timeout(quiet, events.recv()).await {
+        match m {
+            M::ReadData { stream_id, body } => {
+                assert_eq!(stream_id, stream);
+                credit -= 1;
+                assert!(credit >= 0, "data beyond the granted credit");
+                out.records.push(body);
+            }
+            M::BacklogAnnouncement { stream_id, backlog } => {
+                assert_eq!(stream_id, stream);
+                assert!(backlog > 0);
+                if let Granting::Backlog = granting {
+                    credit += backlog as i64;
+                    let grant = PbReadAddCredit {
+                        stream_id: stream,
+                        credit: backlog,
+                    };
+                    let r = fetch
+                        .data_rpc(&TransportMessage::new(MessageType::ReadAddCredit, &grant))
+                        .await
+                        .unwrap();
+                    assert!(r.is_empty());
+                }
+            }
+            M::RpcRequest { body, .. } => {
+                let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
+                assert_eq!(tm.message_type, MessageType::BufferStreamEnd as i32);
+                let end: PbBufferStreamEnd = decode(&tm).unwrap();
+                assert_eq!(
+                    (end.stream_type, end.stream_id),
+                    (1, stream),
+                    "CreditStream end"
+                );
+                out.ended = true;
+                break;
+            }
+            M::TransportableError { stream_id, message } => {
+                assert_eq!(stream_id, stream);
+                out.error = Some(message);
+                break;
+            }
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
+    // 1 MiB of memory: the map partitions spill to disk while being written.
+    let env = start(1 << 20, 64 << 10).await;
+    let (app, shuffle, maps, subs) = ("flink-app-1", 3, 3, 6);
+    let lm = Lm::start_map(&env, app, shuffle, maps).await;
+    let key = format!("{app}-{shuffle}");
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+
+    // Data before a handshake is refused.
+    let early = PbRegionStart {
+        mode: 0,
+        shuffle_key: key.clone(),
+        partition_unique_id: "0-0".into(),
+        attempt_id: 0,
+        current_region_index: 0,
+        is_broadcast: false,
+    };
+    let err = map_rpc(&push, MessageType::RegionStart, &early)
+        .await
+        .unwrap_err();
+    assert!(err.contains("handshake"), "{err}");
+
+    let mut written: Vec<Regions> = Vec::new();
+    for map in 0..maps {
+        let uid = format!("{map}-0");
+        let hs = PbPushDataHandShake {
+            mode: 0,
+            shuffle_key: key.clone(),
+            partition_unique_id: uid.clone(),
+            attempt_id: 0,
+            num_partitions: subs,
+            buffer_size: 32 * 1024,
+        };
+        assert!(map_rpc(&push, MessageType::PushDataHandShake, &hs)
+            .await
+            .unwrap()
+            .is_empty());
+        let mut regions = Vec::new();
+        let plan: [(bool, Vec<(i32, i32)>); 4] = [
+            (false, vec![(0, 3), (1, 40), (4, 2), (5, 30)]),
+            (true, vec![(0, 5)]),
+            (false, vec![]),
+            (false, vec![(2, 25), (3, 1), (5, 60)]),
+        ];
+        for (region, (broadcast, layout)) in plan.iter().enumerate() {
+            let records =
+                write_region(&push, &key, &uid, map, region as i32, *broadcast, layout).await;
+            regions.push((*broadcast, records));
+        }
+        written.push(regions);
+    }
+    // Out of order within a region, and outside the sub-partitions: refused.
+    let start = PbRegionStart {
+        mode: 0,
+        shuffle_key: key.clone(),
+        partition_unique_id: "0-0".into(),
+        attempt_id: 0,
+        current_region_index: 9,
+        is_broadcast: false,
+    };
+    map_rpc(&push, MessageType::RegionStart, &start)
+        .await
+        .unwrap();
+    push.push(&key, "0-0", flink_record(3, 1, b"x"))
+        .await
+        .unwrap();
+    let err = push
+        .push(&key, "0-0", flink_record(2, 2, b"x"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("reduce partition index order"),
+        "{err}"
+    );
+    let err = push
+        .push(&key, "0-0", flink_record(subs, 3, b"x"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("outside"), "{err}");
+    // (Region 9 never finishes: its record is not readable.)
+
+    // Each mapper's end commits its own location (MapPartitionCommitHandler).
+    for map in 0..maps {
+        let c = lm
+            .commit(shuffle, vec![format!("{map}-0")], 0, 10 + map as i64)
+            .await;
+        assert_eq!(c.status, 0);
+        assert_eq!(c.committed_primary_ids, vec![format!("{map}-0")]);
+    }
+    assert!(
+        env.store.status().tiers.disk > 0,
+        "spilled and committed to disk"
+    );
+
+    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        .await
+        .unwrap();
+    let mut events = fetch.subscribe();
+    for map in 0..maps {
+        let file = format!("{map}-0-0");
+        for range in [(0, subs - 1), (1, 1), (2, 4), (5, 5), (3, 3)] {
+            let read = credit_read(
+                &fetch,
+                &mut events,
+                &key,
+                &file,
+                range,
+                2,
+                Granting::Backlog,
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+            assert!(read.ended, "stream end for map {map} {range:?}");
+            assert!(read.error.is_none());
+            let want = expected_reads(&written[map as usize], range.0, range.1);
+            assert_eq!(read.records.len(), want.len(), "map {map} {range:?}");
+            assert!(read.records == want, "map {map} {range:?}: records differ");
+        }
+    }
+
+    // Back-pressure: one credit, never more: exactly one record, then silence.
+    let read = credit_read(
+        &fetch,
+        &mut events,
+        &key,
+        "1-0-0",
+        (0, subs - 1),
+        1,
+        Granting::Never,
+        Duration::from_millis(1500),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read.records.len(), 1);
+    assert!(!read.ended);
+    // That stalled stream is still open; the server closes it when the reader
+    // says so, and it leaves the worker healthy for the next reader.
+    assert_eq!(env.node.worker.credit_streams.len(), 1);
+    let stalled = *env.node.worker.credit_streams.iter().next().unwrap().key();
+    fetch
+        .send(switchyard_celeborn::frame::Message::RpcRequest {
+            request_id: 77,
+            body: TransportMessage::new(
+                MessageType::BufferStreamEnd,
+                &PbBufferStreamEnd {
+                    stream_type: 1,
+                    stream_id: stalled,
+                },
+            )
+            .to_bytes(),
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(env.node.worker.credit_streams.len(), 0);
+
+    // A reader that disconnects mid-stream: its stream goes away with it.
+    {
+        let gone = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+            .await
+            .unwrap();
+        let mut ev = gone.subscribe();
+        let read = credit_read(
+            &gone,
+            &mut ev,
+            &key,
+            "2-0-0",
+            (0, subs - 1),
+            3,
+            Granting::Never,
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
+        assert_eq!(read.records.len(), 3);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !env.node.worker.credit_streams.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stream of a closed connection kept"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = credit_read(
+        &fetch,
+        &mut events,
+        &key,
+        "2-0-0",
+        (0, subs - 1),
+        2,
+        Granting::Backlog,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert!(again.ended);
+    assert!(again.records == expected_reads(&written[2], 0, subs - 1));
+
+    // Bad opens get an RPC failure: unknown file, bad range.
+    for (file, range) in [("9-0-0", (0, 0)), ("0-0-0", (4, 2)), ("0-0-0", (0, subs))] {
+        let open = PbOpenStream {
+            shuffle_key: key.clone(),
+            file_name: file.into(),
+            start_index: range.0,
+            end_index: range.1,
+            initial_credit: 1,
+            read_local_shuffle: false,
+        };
+        let r = fetch
+            .data_rpc(&TransportMessage::new(MessageType::OpenStream, &open))
+            .await;
+        assert!(r.is_err(), "{file} {range:?} opened");
+    }
+
+    // Unregistering the shuffle removes its data.
+    let r = lm
+        .master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::UnregisterShuffle,
+                &PbUnregisterShuffle {
+                    app_id: app.into(),
+                    shuffle_id: shuffle,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(decode::<PbUnregisterShuffleResponse>(&r).unwrap().status, 0);
+    assert_eq!(env.store.status().tiers.disk, 0);
 }

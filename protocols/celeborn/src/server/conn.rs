@@ -14,15 +14,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frame::{CelebornCodec, Message};
 
-/// Sends frames back on the connection a request came from.
+/// Sends frames back on the connection a request came from. Frames go out
+/// in the order they are sent.
 #[derive(Clone)]
 pub struct Replier {
     tx: mpsc::Sender<Message>,
+    closed: CancellationToken,
 }
 
 impl Replier {
-    pub async fn send(&self, m: Message) {
-        let _ = self.tx.send(m).await;
+    /// Queues a frame; false when the connection is gone.
+    pub async fn send(&self, m: Message) -> bool {
+        !self.closed.is_cancelled() && self.tx.send(m).await.is_ok()
+    }
+
+    /// Cancelled when the peer closes the connection (or it fails): work that
+    /// streams to this connection on its own (credit streams) stops then.
+    pub fn closed(&self) -> &CancellationToken {
+        &self.closed
     }
 }
 
@@ -36,6 +45,13 @@ pub trait Handler: Send + Sync + 'static {
 
     /// A name for logs.
     fn port(&self) -> &'static str;
+
+    /// Whether `message` must be handled before the next frame of its
+    /// connection is read (Flink's map-partition records and regions, whose
+    /// order is their meaning). Others run concurrently.
+    fn ordered(&self, _message: &Message) -> bool {
+        false
+    }
 }
 
 pub async fn serve<H: Handler>(
@@ -97,7 +113,11 @@ async fn connection<H: Handler>(
             }
         }
     });
-    let replier = Replier { tx };
+    let closed = cancel.child_token();
+    let replier = Replier {
+        tx,
+        closed: closed.clone(),
+    };
     loop {
         let frame = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -108,6 +128,7 @@ async fn connection<H: Handler>(
             Some(Ok(Message::Heartbeat)) => {
                 // Clients answer heartbeats; we just note the peer is alive.
             }
+            Some(Ok(m)) if handler.ordered(&m) => handler.clone().handle(m, replier.clone()).await,
             Some(Ok(m)) => {
                 let handler = handler.clone();
                 let replier = replier.clone();
@@ -122,6 +143,7 @@ async fn connection<H: Handler>(
             }
         }
     }
+    closed.cancel();
     drop(replier);
     let _ = writer.await;
 }

@@ -1,11 +1,13 @@
 //! The fetch port: open a stream over a committed partition (all of it, or a
-//! map range in map order), then serve its chunks.
+//! map range in map order), then serve its chunks. Map partitions (Flink)
+//! get credit-based streams instead ([`super::credit`]).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::state::{parse_unique_id, split_shuffle_key, WorkerState};
+use super::credit::{self, CreditStream, CREDIT_BATCH_BYTES};
+use super::state::{parse_unique_id, split_shuffle_key, Location, WorkerState};
 use crate::frame::{Message, StreamChunkSlice};
 use crate::proto::*;
 use crate::server::conn::{Handler, Replier};
@@ -19,6 +21,124 @@ pub struct FetchPort {
 impl FetchPort {
     pub fn new(state: Arc<WorkerState>) -> Arc<Self> {
         Arc::new(FetchPort { state })
+    }
+
+    /// The location a file name ("id-epoch-mode") of a map-partition shuffle
+    /// names, or None when the shuffle is not a map-partition one.
+    fn map_location(
+        &self,
+        shuffle_key: &str,
+        file_name: &str,
+    ) -> Result<Option<Arc<Location>>, String> {
+        let Some(shuffle) = self.state.shuffle(shuffle_key).filter(|s| s.is_map()) else {
+            return Ok(None);
+        };
+        let (uid, mode) = file_name
+            .rsplit_once('-')
+            .ok_or_else(|| format!("bad file name {file_name:?}"))?;
+        shuffle
+            .location(uid, mode == "1")
+            .map(Some)
+            .ok_or_else(|| format!("unknown map partition {shuffle_key}/{file_name}"))
+    }
+
+    /// Opens a credit stream over sub-partitions `[start, end]` of a map
+    /// partition, replies with its id, then streams it.
+    async fn open_credit(
+        &self,
+        request_id: i64,
+        loc: Arc<Location>,
+        r: PbOpenStream,
+        replier: &Replier,
+    ) {
+        let meta = loc.map.lock().clone();
+        let opened = async {
+            let (start, end) = (r.start_index, r.end_index);
+            let subs = meta.num_sub_partitions();
+            // A location without a handshake never got data: an empty stream.
+            if subs > 0 && (start < 0 || end < start || end >= subs) {
+                return Err(format!(
+                    "sub-partition range [{start}, {end}] is outside [0, {subs}) of {}/{}",
+                    r.shuffle_key, r.file_name
+                ));
+            }
+            if !loc.committed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(format!(
+                    "{}/{} is not committed yet",
+                    r.shuffle_key, r.file_name
+                ));
+            }
+            self.state
+                .store
+                .open_filtered_view(
+                    &loc.key,
+                    |rec| meta.keeps(rec, start, end),
+                    CREDIT_BATCH_BYTES,
+                )
+                .await
+                .map_err(|e| format!("cannot open {}/{}: {e}", r.shuffle_key, r.file_name))
+        }
+        .await;
+        let view = match opened {
+            Ok(v) => v,
+            Err(error) => {
+                tracing::warn!(%error, "credit stream not opened");
+                replier
+                    .send(Message::RpcFailure { request_id, error })
+                    .await;
+                return;
+            }
+        };
+        let id = self.state.next_stream_id();
+        let stream = CreditStream::new(id, loc.key.clone(), r.initial_credit);
+        self.state.credit_streams.insert(id, stream.clone());
+        self.state.publish_stream_gauges();
+        tracing::debug!(
+            shuffle_key = r.shuffle_key,
+            file_name = r.file_name,
+            start = r.start_index,
+            end = r.end_index,
+            initial_credit = r.initial_credit,
+            stream = id,
+            records = view.blocks,
+            "credit stream opened"
+        );
+        // The reader registers the stream when this reply arrives and drops
+        // frames of unknown streams: the reply goes out before any data.
+        let handler = PbStreamHandler {
+            stream_id: id,
+            num_chunks: 0,
+            chunk_offsets: Vec::new(),
+            full_path: String::new(),
+        };
+        let sent = replier
+            .send(Message::RpcResponse {
+                request_id,
+                body: TransportMessage::new(MessageType::StreamHandler, &handler).to_bytes(),
+            })
+            .await;
+        if sent {
+            tokio::spawn(credit::run(
+                self.state.clone(),
+                stream,
+                view,
+                replier.clone(),
+            ));
+        } else {
+            self.state.end_stream(id);
+        }
+    }
+
+    fn add_credit(&self, stream_id: i64, credit: i32) {
+        match self.state.credit_streams.get(&stream_id) {
+            Some(s) => {
+                if !s.add_credit(credit) {
+                    tracing::warn!(stream_id, credit, "credit grant ignored");
+                }
+            }
+            // A stream that just ended: its reader may still grant.
+            None => tracing::debug!(stream_id, credit, "credit for an unknown stream"),
+        }
     }
 
     /// Opens a stream over `file_name` ("id-epoch-mode") of a shuffle.
@@ -117,16 +237,27 @@ impl FetchPort {
     async fn rpc(&self, request_id: i64, tm: TransportMessage, replier: &Replier) {
         let reply: Result<Option<TransportMessage>, String> = match tm.kind() {
             Some(MessageType::OpenStream) => match tm.decode_payload::<PbOpenStream>() {
-                Ok(r) => self
-                    .open(
-                        &r.shuffle_key,
-                        &r.file_name,
-                        r.start_index,
-                        r.end_index,
-                        r.read_local_shuffle,
-                    )
-                    .await
-                    .map(|h| Some(TransportMessage::new(MessageType::StreamHandler, &h))),
+                Ok(r) => match self.map_location(&r.shuffle_key, &r.file_name) {
+                    Ok(Some(loc)) => return self.open_credit(request_id, loc, r, replier).await,
+                    Ok(None) => self
+                        .open(
+                            &r.shuffle_key,
+                            &r.file_name,
+                            r.start_index,
+                            r.end_index,
+                            r.read_local_shuffle,
+                        )
+                        .await
+                        .map(|h| Some(TransportMessage::new(MessageType::StreamHandler, &h))),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e.to_string()),
+            },
+            Some(MessageType::ReadAddCredit) => match tm.decode_payload::<PbReadAddCredit>() {
+                Ok(r) => {
+                    self.add_credit(r.stream_id, r.credit);
+                    Ok(None)
+                }
                 Err(e) => Err(e.to_string()),
             },
             Some(MessageType::BatchOpenStream) => match tm.decode_payload::<PbOpenStreamList>() {
@@ -226,7 +357,7 @@ impl Handler for FetchPort {
                                 m.message_type()
                             ),
                         })
-                        .await
+                        .await;
                 }
                 Err(e) => {
                     replier
@@ -234,12 +365,16 @@ impl Handler for FetchPort {
                             request_id,
                             error: format!("cannot decode the request: {e}"),
                         })
-                        .await
+                        .await;
                 }
             },
             // ≤0.3 clients fetch with a raw frame.
-            Message::ChunkFetchRequest(slice) => replier.send(self.chunk(slice).await).await,
+            Message::ChunkFetchRequest(slice) => {
+                replier.send(self.chunk(slice).await).await;
+            }
             Message::BufferStreamEnd { stream_id } => self.state.end_stream(stream_id),
+            // Old Flink clients grant credit with a raw frame, unanswered.
+            Message::ReadAddCredit { stream_id, credit } => self.add_credit(stream_id, credit),
             other => {
                 tracing::warn!(kind = ?other.message_type(), "unexpected frame on the fetch port")
             }

@@ -1,7 +1,11 @@
 //! The Worker role: slots reserved by the LifecycleManager, pushed batches
-//! appended to the store, commits, and streams reading partitions back.
+//! appended to the store, commits, and streams reading partitions back
+//! (chunk streams for Spark's reduce partitions, credit streams for Flink's
+//! map partitions).
 
+mod credit;
 mod fetch;
+mod map_partition;
 mod push;
 mod rpc;
 mod state;

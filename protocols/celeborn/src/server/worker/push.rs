@@ -6,6 +6,10 @@
 //! `16` SOFT_SPLIT = written, split soon; `15` HARD_SPLIT = not written,
 //! revive and resend; `0F` MAP_ENDED; errors as RPC_FAILURE with the status
 //! name, which the client matches by prefix.
+//!
+//! Map partitions (Flink) add a handshake and region start/finish RPCs, and
+//! records with a big-endian header whose order within a region matters:
+//! those frames are handled in arrival order ([`Handler::ordered`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,10 +18,27 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use switchyard_storage::{Block, BlockMeta, StorageError};
 
+use super::map_partition::FlinkHeader;
 use super::state::{Location, ShuffleState, WorkerState};
-use crate::frame::{Message, Mode};
+use crate::frame::{Message, Mode, PushData};
+use crate::proto::{MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart};
 use crate::server::conn::{Handler, Replier};
 use crate::status::StatusCode;
+use crate::transport_message::DataPlaneBody;
+
+/// A map-partition control request, from its TransportMessage (0.3+) or
+/// legacy frame form.
+enum MapControl {
+    HandShake {
+        num_partitions: i32,
+        buffer_size: i32,
+    },
+    RegionStart {
+        index: i32,
+        broadcast: bool,
+    },
+    RegionFinish,
+}
 
 /// Above this a SOFT split becomes HARD (`celeborn.worker.shuffle.partitionSplit.max`).
 const SPLIT_MAX: u64 = 2 << 30;
@@ -83,15 +104,26 @@ fn judge(shuffle: Option<&Arc<ShuffleState>>, uid: &str, replica: bool, batch: &
 }
 
 impl PushPort {
-    /// Appends one batch, waiting while memory is full.
+    /// Appends one Spark batch, waiting while memory is full.
     async fn append(&self, loc: &Location, batch: Bytes) -> Result<(), StatusCode> {
         let (map_id, batch_id) =
             header(&batch).ok_or(StatusCode::PushDataFailNonCriticalCausePrimary)?;
+        self.append_block(loc, batch, map_id as i64, batch_id).await
+    }
+
+    /// Appends one block, waiting while memory is full.
+    async fn append_block(
+        &self,
+        loc: &Location,
+        batch: Bytes,
+        map_id: i64,
+        batch_id: i32,
+    ) -> Result<(), StatusCode> {
         let len = batch.len() as u64;
         let block = Block {
             meta: BlockMeta {
                 block_id: loc.next_block_id(),
-                map_id: map_id as i64,
+                map_id,
                 batch_id: Some(batch_id),
                 crc: 0,
                 uncompressed_len: 0,
@@ -128,8 +160,33 @@ impl Handler for PushPort {
         self.port
     }
 
+    fn ordered(&self, message: &Message) -> bool {
+        match message {
+            Message::PushData(p) => self
+                .state
+                .shuffle(&p.shuffle_key)
+                .is_some_and(|s| s.is_map()),
+            // Flink's handshake and regions (Spark sends no RPCs here).
+            Message::RpcRequest { .. }
+            | Message::RegionStart(_)
+            | Message::RegionFinish(_)
+            | Message::PushDataHandShake(_) => true,
+            _ => false,
+        }
+    }
+
     async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
         match message {
+            Message::PushData(p)
+                if self
+                    .state
+                    .shuffle(&p.shuffle_key)
+                    .is_some_and(|s| s.is_map()) =>
+            {
+                let request_id = p.request_id;
+                let reply = self.push_map(p).await.map(|()| Vec::new());
+                send_map(&replier, request_id, reply).await;
+            }
             Message::PushData(p) => {
                 let replica = p.mode == Mode::Replica;
                 let shuffle = self.state.shuffle(&p.shuffle_key);
@@ -210,15 +267,63 @@ impl Handler for PushPort {
                 };
                 send(&replier, p.request_id, reply).await;
             }
-            Message::RpcRequest { request_id, .. } => {
-                // Flink's handshake and region messages (map partitions) come
-                // with the Flink issue; refuse them clearly until then.
-                replier
-                    .send(Message::RpcFailure {
-                        request_id,
-                        error: "map partitions (Flink) are not supported yet".into(),
-                    })
-                    .await;
+            Message::RpcRequest { request_id, body } => {
+                let reply = match DataPlaneBody::decode(body) {
+                    Ok(DataPlaneBody::Transport(tm)) => match tm.kind() {
+                        Some(MessageType::PushDataHandShake) => tm
+                            .decode_payload::<PbPushDataHandShake>()
+                            .map_err(|e| e.to_string())
+                            .map(|r| {
+                                (
+                                    r.shuffle_key,
+                                    r.partition_unique_id,
+                                    r.mode == 1,
+                                    MapControl::HandShake {
+                                        num_partitions: r.num_partitions,
+                                        buffer_size: r.buffer_size,
+                                    },
+                                )
+                            }),
+                        Some(MessageType::RegionStart) => tm
+                            .decode_payload::<PbRegionStart>()
+                            .map_err(|e| e.to_string())
+                            .map(|r| {
+                                (
+                                    r.shuffle_key,
+                                    r.partition_unique_id,
+                                    r.mode == 1,
+                                    MapControl::RegionStart {
+                                        index: r.current_region_index,
+                                        broadcast: r.is_broadcast,
+                                    },
+                                )
+                            }),
+                        Some(MessageType::RegionFinish) => tm
+                            .decode_payload::<PbRegionFinish>()
+                            .map_err(|e| e.to_string())
+                            .map(|r| {
+                                (
+                                    r.shuffle_key,
+                                    r.partition_unique_id,
+                                    r.mode == 1,
+                                    MapControl::RegionFinish,
+                                )
+                            }),
+                        _ => Err(format!(
+                            "the {} port does not handle message type {}",
+                            self.port, tm.message_type
+                        )),
+                    },
+                    Ok(DataPlaneBody::Legacy(m)) => legacy_control(m),
+                    Err(e) => Err(format!("cannot decode the request: {e}")),
+                };
+                let reply = match reply {
+                    Ok((shuffle_key, uid, replica, control)) => {
+                        self.map_control(&shuffle_key, &uid, replica, control)
+                    }
+                    Err(e) => Err(e),
+                };
+                send_map(&replier, request_id, reply).await;
             }
             other => {
                 tracing::warn!(port = self.port, kind = ?other.message_type(), "unexpected frame on the push port");
@@ -277,6 +382,135 @@ pub fn merged_split_reply(statuses: &[(i32, StatusCode)]) -> Vec<u8> {
     let mut out = vec![lead.value()];
     out.extend_from_slice(&tm.to_bytes());
     out
+}
+
+/// (shuffle key, unique id, replica, request) of a legacy map-partition frame
+/// carried in an RpcRequest body.
+fn legacy_control(m: Message) -> Result<(String, String, bool, MapControl), String> {
+    match m {
+        Message::PushDataHandShake(h) => Ok((
+            h.shuffle_key,
+            h.partition_unique_id,
+            h.mode == Mode::Replica,
+            MapControl::HandShake {
+                num_partitions: h.num_partitions,
+                buffer_size: h.buffer_size,
+            },
+        )),
+        Message::RegionStart(r) => Ok((
+            r.shuffle_key,
+            r.partition_unique_id,
+            r.mode == Mode::Replica,
+            MapControl::RegionStart {
+                index: r.current_region_index,
+                broadcast: r.is_broadcast,
+            },
+        )),
+        Message::RegionFinish(r) => Ok((
+            r.shuffle_key,
+            r.partition_unique_id,
+            r.mode == Mode::Replica,
+            MapControl::RegionFinish,
+        )),
+        other => Err(format!(
+            "legacy request {:?} is not supported",
+            other.message_type()
+        )),
+    }
+}
+
+impl PushPort {
+    /// The map location a request names, or the reply for a missing one.
+    fn map_location(
+        &self,
+        shuffle_key: &str,
+        uid: &str,
+        replica: bool,
+    ) -> Result<Arc<Location>, String> {
+        let shuffle = self.state.shuffle(shuffle_key).ok_or_else(|| {
+            format!(
+                "{}: unknown shuffle {shuffle_key}",
+                StatusCode::PushDataFailPartitionNotFound
+            )
+        })?;
+        if !shuffle.is_map() {
+            return Err(format!(
+                "shuffle {shuffle_key} has reduce partitions, not map partitions"
+            ));
+        }
+        shuffle.location(uid, replica).ok_or_else(|| {
+            format!(
+                "{}: {shuffle_key}/{uid}",
+                StatusCode::PushDataFailPartitionNotFound
+            )
+        })
+    }
+
+    /// Handshake, region start or region finish of a map partition. An empty
+    /// reply means done (a map partition never splits here: huge ones go to
+    /// the cold tier instead).
+    fn map_control(
+        &self,
+        shuffle_key: &str,
+        uid: &str,
+        replica: bool,
+        control: MapControl,
+    ) -> Result<Vec<u8>, String> {
+        let loc = self.map_location(shuffle_key, uid, replica)?;
+        let mut map = loc.map.lock();
+        match control {
+            MapControl::HandShake {
+                num_partitions,
+                buffer_size,
+            } => map.handshake(num_partitions, buffer_size),
+            MapControl::RegionStart { index, broadcast } => {
+                map.region_start(index, broadcast, loc.peek_block_id())
+            }
+            MapControl::RegionFinish => {
+                map.region_finish(loc.peek_block_id());
+                Ok(())
+            }
+        }
+        .map_err(|e| format!("{shuffle_key}/{uid}: {e}"))?;
+        Ok(Vec::new())
+    }
+
+    /// Stores one Flink record of a map partition.
+    async fn push_map(&self, p: PushData) -> Result<(), String> {
+        let replica = p.mode == Mode::Replica;
+        let loc = self.map_location(&p.shuffle_key, &p.partition_unique_id, replica)?;
+        if loc.committed.load(Ordering::Acquire) {
+            return Err(format!(
+                "{}: {}/{} is already committed",
+                StatusCode::PushDataFailPartitionNotFound,
+                p.shuffle_key,
+                p.partition_unique_id
+            ));
+        }
+        let sub = loc
+            .map
+            .lock()
+            .accept(&p.body)
+            .map_err(|e| format!("{}/{}: {e}", p.shuffle_key, p.partition_unique_id))?;
+        let batch = FlinkHeader::parse(&p.body).map(|h| h.batch).unwrap_or(0);
+        self.append_block(&loc, p.body, sub as i64, batch)
+            .await
+            .map_err(|code| code.name().to_string())
+    }
+}
+
+async fn send_map(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, String>) {
+    let frame = match reply {
+        Ok(body) => Message::RpcResponse {
+            request_id,
+            body: Bytes::from(body),
+        },
+        Err(error) => {
+            tracing::warn!(%error, "map partition request refused");
+            Message::RpcFailure { request_id, error }
+        }
+    };
+    replier.send(frame).await;
 }
 
 async fn send(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, StatusCode>) {

@@ -10,6 +10,8 @@ use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
 use switchyard_storage::{PartitionKey, PartitionView, Store};
 
+use super::credit::CreditStream;
+use super::map_partition::MapPartition;
 use crate::config::CelebornConfig;
 use crate::proto::PbCommitFilesResponse;
 
@@ -54,13 +56,23 @@ pub struct Location {
     pub bytes: AtomicU64,
     next_block: AtomicI64,
     pub committed: AtomicBool,
+    /// Regions of a map partition (Flink); unused for reduce partitions.
+    pub map: Mutex<MapPartition>,
 }
 
 impl Location {
     pub(crate) fn next_block_id(&self) -> i64 {
         self.next_block.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// The block id the next appended block gets.
+    pub(crate) fn peek_block_id(&self) -> i64 {
+        self.next_block.load(Ordering::Relaxed)
+    }
 }
+
+/// `PartitionType.MAP` in ReserveSlots.
+pub const PARTITION_TYPE_MAP: i64 = 1;
 
 pub struct ShuffleState {
     pub app: String,
@@ -96,9 +108,15 @@ impl ShuffleState {
                     bytes: AtomicU64::new(0),
                     next_block: AtomicI64::new(0),
                     committed: AtomicBool::new(false),
+                    map: Mutex::new(MapPartition::default()),
                 })
             })
             .clone()
+    }
+
+    /// Whether this shuffle's locations are map partitions (Flink).
+    pub(crate) fn is_map(&self) -> bool {
+        self.partition_type.load(Ordering::Relaxed) == PARTITION_TYPE_MAP
     }
 
     /// Whether a map task already ended, per the last commit's attempts.
@@ -129,6 +147,8 @@ pub struct WorkerState {
     pub addr: WorkerAddr,
     pub shuffles: DashMap<String, Arc<ShuffleState>>,
     pub streams: DashMap<i64, Arc<Stream>>,
+    /// Credit-based streams over map partitions (Flink readers).
+    pub credit_streams: DashMap<i64, Arc<CreditStream>>,
     /// Applications whose LifecycleManager sent REGISTER_APPLICATION_INFO,
     /// so are 0.6.1 or newer: their merged pushes get per-partition split
     /// replies, which 0.5 clients cannot read.
@@ -144,6 +164,7 @@ impl WorkerState {
             addr,
             shuffles: DashMap::new(),
             streams: DashMap::new(),
+            credit_streams: DashMap::new(),
             split_info_apps: dashmap::DashSet::new(),
             next_stream: AtomicI64::new(1),
         })
@@ -175,7 +196,7 @@ impl WorkerState {
     }
 
     pub(crate) fn add_stream(&self, view: PartitionView) -> i64 {
-        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_stream_id();
         self.streams.insert(
             id,
             Arc::new(Stream {
@@ -187,9 +208,34 @@ impl WorkerState {
         id
     }
 
+    pub(crate) fn next_stream_id(&self) -> i64 {
+        self.next_stream.fetch_add(1, Ordering::Relaxed)
+    }
+
     pub(crate) fn end_stream(&self, id: i64) {
         self.streams.remove(&id);
+        if let Some((_, s)) = self.credit_streams.remove(&id) {
+            s.cancel();
+        }
+        self.publish_stream_gauges();
+    }
+
+    pub(crate) fn publish_stream_gauges(&self) {
         metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
+        metrics::gauge!("switchyard_celeborn_credit_streams").set(self.credit_streams.len() as f64);
+    }
+
+    /// Cancels and forgets the credit streams `drop` selects.
+    fn drop_credit_streams(&self, drop: impl Fn(&CreditStream) -> bool) -> usize {
+        let before = self.credit_streams.len();
+        self.credit_streams.retain(|_, s| {
+            let dropped = drop(s);
+            if dropped {
+                s.cancel();
+            }
+            !dropped
+        });
+        before - self.credit_streams.len()
     }
 
     /// Closes streams unused for `idle` (a reader that died without
@@ -198,10 +244,10 @@ impl WorkerState {
         let before = self.streams.len();
         self.streams
             .retain(|_, s| s.last_used.lock().elapsed() < idle);
-        let closed = before - self.streams.len();
+        let closed = before - self.streams.len() + self.drop_credit_streams(|s| s.idle() >= idle);
         if closed > 0 {
             tracing::info!(closed, "idle read streams closed");
-            metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
+            self.publish_stream_gauges();
         }
         closed
     }
@@ -211,6 +257,7 @@ impl WorkerState {
         self.shuffles.remove(&format!("{app}-{shuffle_id}"));
         self.streams
             .retain(|_, v| !(&*v.view.key().app == app && v.view.key().shuffle == shuffle_id));
+        self.drop_credit_streams(|s| &*s.key.app == app && s.key.shuffle == shuffle_id);
         if let Err(e) = self.store.remove_shuffle(app, shuffle_id).await {
             tracing::warn!(app, shuffle_id, error = %e, "removing a shuffle failed");
         }
@@ -220,6 +267,7 @@ impl WorkerState {
     pub async fn remove_app(&self, app: &str) {
         self.shuffles.retain(|_, s| s.app != app);
         self.streams.retain(|_, v| &*v.view.key().app != app);
+        self.drop_credit_streams(|s| &*s.key.app == app);
         self.split_info_apps.remove(app);
         if let Err(e) = self.store.remove_app(app).await {
             tracing::warn!(app, error = %e, "removing an application failed");

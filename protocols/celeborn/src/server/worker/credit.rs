@@ -1,0 +1,297 @@
+//! Credit-based streams (Flink readers of map partitions).
+//!
+//! After the OpenStream reply, the stream reads its records in batches
+//! through the store, announces each batch (BACKLOG_ANNOUNCEMENT: how many
+//! records are ready, so the reader reserves that many network buffers),
+//! and sends one READ_DATA per record, each only against one unit of credit
+//! (the initial credit, then READ_ADD_CREDIT grants). At the end the worker
+//! sends BUFFER_STREAM_END as an RPC request of its own; a failure goes to
+//! the reader as TRANSPORTABLE_ERROR. The next batch is read while the
+//! current one is sent, so a reader granting credit promptly never waits for
+//! the disk.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use switchyard_storage::{PartitionKey, PartitionView, Store};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::map_partition::{FlinkHeader, FLINK_HEADER_LEN};
+use super::state::WorkerState;
+use crate::frame::Message;
+use crate::proto::{MessageType, PbBufferStreamEnd, StreamType};
+use crate::server::conn::Replier;
+use crate::transport_message::TransportMessage;
+
+/// Bytes read from the store per batch (whole records; the last record may
+/// overshoot by less than one Flink buffer).
+pub const CREDIT_BATCH_BYTES: u64 = 512 * 1024;
+
+/// Largest credit one grant may add: a bound against a corrupt or hostile
+/// grant, far above what any Flink reader holds in buffers.
+const MAX_GRANT: i32 = 1 << 20;
+
+/// Ids of the RPC requests the worker sends (BUFFER_STREAM_END); negative so
+/// that they never collide with a client's own ids in its logs.
+static NEXT_SERVER_REQUEST: AtomicI64 = AtomicI64::new(-1);
+
+pub struct CreditStream {
+    pub id: i64,
+    pub key: PartitionKey,
+    credit: Semaphore,
+    granted: AtomicI64,
+    cancel: CancellationToken,
+    last_used: Mutex<Instant>,
+}
+
+impl CreditStream {
+    pub fn new(id: i64, key: PartitionKey, initial_credit: i32) -> Arc<Self> {
+        let s = Arc::new(CreditStream {
+            id,
+            key,
+            credit: Semaphore::new(0),
+            granted: AtomicI64::new(0),
+            cancel: CancellationToken::new(),
+            last_used: Mutex::new(Instant::now()),
+        });
+        s.add_credit(initial_credit);
+        s
+    }
+
+    /// Adds credit; non-positive or oversized grants are ignored.
+    pub fn add_credit(&self, credit: i32) -> bool {
+        if credit <= 0 || credit > MAX_GRANT {
+            return false;
+        }
+        self.granted.fetch_add(credit as i64, Ordering::Relaxed);
+        self.credit.add_permits(credit as usize);
+        self.touch();
+        true
+    }
+
+    /// Credit granted so far (initial included).
+    pub fn granted(&self) -> i64 {
+        self.granted.load(Ordering::Relaxed)
+    }
+
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock() = Instant::now();
+    }
+
+    pub fn idle(&self) -> Duration {
+        self.last_used.lock().elapsed()
+    }
+}
+
+/// How a stream ended.
+enum End {
+    /// Every record sent.
+    Finished,
+    /// The reader closed it, its connection went away, or it was expired.
+    Abandoned,
+}
+
+/// Sends `view` on `stream` to `replier`'s connection; called after the
+/// OpenStream reply is queued on that connection.
+pub async fn run(
+    state: Arc<WorkerState>,
+    stream: Arc<CreditStream>,
+    view: PartitionView,
+    replier: Replier,
+) {
+    let started = Instant::now();
+    let result = send_all(&state.store, &stream, &view, &replier).await;
+    match result {
+        Ok(End::Finished) => {
+            let end = PbBufferStreamEnd {
+                stream_type: StreamType::CreditStream as i32,
+                stream_id: stream.id,
+            };
+            replier
+                .send(Message::RpcRequest {
+                    request_id: NEXT_SERVER_REQUEST.fetch_sub(1, Ordering::Relaxed),
+                    body: TransportMessage::new(MessageType::BufferStreamEnd, &end).to_bytes(),
+                })
+                .await;
+            tracing::debug!(
+                stream = stream.id,
+                partition = %stream.key,
+                records = view.blocks,
+                bytes = view.total_bytes(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "credit stream finished"
+            );
+        }
+        Ok(End::Abandoned) => {
+            tracing::debug!(stream = stream.id, partition = %stream.key, "credit stream abandoned");
+        }
+        Err(message) => {
+            tracing::warn!(stream = stream.id, partition = %stream.key, %message, "credit stream failed");
+            metrics::counter!("switchyard_celeborn_credit_stream_failures_total").increment(1);
+            replier
+                .send(Message::TransportableError {
+                    stream_id: stream.id,
+                    message,
+                })
+                .await;
+        }
+    }
+    state.end_stream(stream.id);
+}
+
+async fn send_all(
+    store: &Arc<Store>,
+    stream: &CreditStream,
+    view: &PartitionView,
+    replier: &Replier,
+) -> Result<End, String> {
+    let read = |i: usize| async move {
+        let bytes = store.read_chunk(view, i).await.map_err(|e| e.to_string())?;
+        split_records(bytes)
+    };
+    let stopped = || {
+        let s = stream.cancel.clone();
+        let c = replier.closed().clone();
+        async move {
+            tokio::select! {
+                _ = s.cancelled() => {}
+                _ = c.cancelled() => {}
+            }
+        }
+    };
+    if view.chunks.is_empty() {
+        return Ok(End::Finished);
+    }
+    let mut batch = tokio::select! {
+        _ = stopped() => return Ok(End::Abandoned),
+        b = read(0) => b?,
+    };
+    for next in 1..=view.chunks.len() {
+        let announced = replier
+            .send(Message::BacklogAnnouncement {
+                stream_id: stream.id,
+                backlog: batch.len() as i32,
+            })
+            .await;
+        if !announced {
+            return Ok(End::Abandoned);
+        }
+        let send = send_batch(stream, std::mem::take(&mut batch), replier);
+        let prefetch = async {
+            if next < view.chunks.len() {
+                read(next).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let (sent, fetched) = tokio::select! {
+            _ = stopped() => return Ok(End::Abandoned),
+            both = async { tokio::join!(send, prefetch) } => both,
+        };
+        if !sent {
+            return Ok(End::Abandoned);
+        }
+        match fetched? {
+            Some(b) => batch = b,
+            None => break,
+        }
+    }
+    Ok(End::Finished)
+}
+
+/// Sends records, each against one unit of credit; false when the
+/// connection is gone.
+async fn send_batch(stream: &CreditStream, records: Vec<Bytes>, replier: &Replier) -> bool {
+    for body in records {
+        match stream.credit.acquire().await {
+            Ok(permit) => permit.forget(),
+            Err(_) => return false,
+        }
+        stream.touch();
+        metrics::counter!("switchyard_celeborn_credit_read_bytes_total")
+            .increment(body.len() as u64);
+        if !replier
+            .send(Message::ReadData {
+                stream_id: stream.id,
+                body,
+            })
+            .await
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// Cuts stored bytes into the records they hold (each a 16-byte Flink
+/// header and the length it names), without copying.
+pub fn split_records(mut bytes: Bytes) -> Result<Vec<Bytes>, String> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let header = FlinkHeader::parse(&bytes)
+            .ok_or_else(|| format!("corrupted map partition: {} trailing bytes", bytes.len()))?;
+        let len = usize::try_from(header.len)
+            .ok()
+            .map(|l| l + FLINK_HEADER_LEN)
+            .filter(|&l| l <= bytes.len())
+            .ok_or_else(|| {
+                format!(
+                    "corrupted map partition: record of {} bytes with {} left",
+                    header.len,
+                    bytes.len()
+                )
+            })?;
+        out.push(bytes.split_to(len));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(sub: i32, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for word in [sub, 1, 2, payload.len() as i32] {
+            v.extend_from_slice(&word.to_be_bytes());
+        }
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn stored_bytes_split_into_records() {
+        let mut all = record(0, b"hello");
+        all.extend(record(3, b""));
+        all.extend(record(3, &[7; 100]));
+        let records = split_records(Bytes::from(all)).unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(&records[0][16..], b"hello");
+        assert_eq!(records[1].len(), 16);
+        assert_eq!(records[2].len(), 116);
+
+        let mut cut = record(0, b"hello");
+        cut.pop();
+        assert!(split_records(Bytes::from(cut)).is_err());
+        assert!(split_records(Bytes::from_static(&[0; 5])).is_err());
+    }
+
+    #[test]
+    fn grants_add_up_and_bad_grants_are_ignored() {
+        let s = CreditStream::new(1, PartitionKey::new("a", 0, 0), 2);
+        assert!(s.add_credit(3));
+        assert!(!s.add_credit(0));
+        assert!(!s.add_credit(-4));
+        assert!(!s.add_credit(MAX_GRANT + 1));
+        assert_eq!(s.granted(), 5);
+        assert_eq!(s.credit.available_permits(), 5);
+    }
+}

@@ -1,0 +1,303 @@
+//! What a map partition (Flink, `PartitionType.MAP`) needs beyond its bytes:
+//! the handshake's sub-partition count and its regions.
+//!
+//! One map task writes one location. Its data is a sequence of regions; in
+//! each region the records are grouped by sub-partition in ascending order
+//! (Celeborn's "Must writing data in reduce partition index order"). Each
+//! record is one stored block whose map id is its sub-partition and whose
+//! block id is its sequence number in the location, so a region is a range
+//! of sequence numbers. A reader of sub-partitions `[start, end]` gets, for
+//! every finished region in order, the records of those sub-partitions; in a
+//! broadcast region the data is written once (as sub-partition 0) and every
+//! reader gets it. Records after the last RegionFinish are not readable, as
+//! in Celeborn, whose index only covers finished regions.
+
+use std::ops::Range;
+
+use switchyard_storage::IndexRecord;
+
+/// Size of the big-endian header Flink's client writes before each record:
+/// sub-partition id, attempt id, batch id, length of the rest.
+pub const FLINK_HEADER_LEN: usize = 16;
+
+/// The parsed header of one pushed Flink record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlinkHeader {
+    pub sub_partition: i32,
+    pub attempt: i32,
+    pub batch: i32,
+    pub len: i32,
+}
+
+impl FlinkHeader {
+    pub fn parse(record: &[u8]) -> Option<FlinkHeader> {
+        let word = |i: usize| i32::from_be_bytes(record[i..i + 4].try_into().unwrap());
+        (record.len() >= FLINK_HEADER_LEN).then(|| FlinkHeader {
+            sub_partition: word(0),
+            attempt: word(4),
+            batch: word(8),
+            len: word(12),
+        })
+    }
+}
+
+/// Why a map-partition request is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapPartitionError {
+    #[error("no handshake yet for this map partition")]
+    NoHandshake,
+    #[error("bad handshake: {0} sub-partitions")]
+    BadHandshake(i32),
+    #[error("data outside a region")]
+    NoRegion,
+    #[error("record header is shorter than {FLINK_HEADER_LEN} bytes")]
+    ShortRecord,
+    #[error("record length {header} in its header, but {actual} bytes follow it")]
+    LengthMismatch { header: i32, actual: usize },
+    #[error("sub-partition {sub} is outside [0, {count})")]
+    SubPartitionOutOfRange { sub: i32, count: i32 },
+    #[error(
+        "Must writing data in reduce partition index order, but now partitionId is {sub} and pre partitionId is {previous}"
+    )]
+    OutOfOrder { sub: i32, previous: i32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Region {
+    broadcast: bool,
+    records: Range<i64>,
+}
+
+#[derive(Debug, Clone)]
+struct OpenRegion {
+    index: i32,
+    broadcast: bool,
+    first: i64,
+    current_sub: i32,
+}
+
+/// Region bookkeeping of one map-partition location.
+#[derive(Debug, Default, Clone)]
+pub struct MapPartition {
+    num_sub_partitions: i32,
+    buffer_size: i32,
+    open: Option<OpenRegion>,
+    regions: Vec<Region>,
+}
+
+impl MapPartition {
+    pub fn handshake(
+        &mut self,
+        num_sub_partitions: i32,
+        buffer_size: i32,
+    ) -> Result<(), MapPartitionError> {
+        if num_sub_partitions <= 0 {
+            return Err(MapPartitionError::BadHandshake(num_sub_partitions));
+        }
+        self.num_sub_partitions = num_sub_partitions;
+        self.buffer_size = buffer_size;
+        Ok(())
+    }
+
+    pub fn num_sub_partitions(&self) -> i32 {
+        self.num_sub_partitions
+    }
+
+    /// The Flink network buffer size from the handshake: no record sent to a
+    /// reader may be larger.
+    pub fn buffer_size(&self) -> i32 {
+        self.buffer_size
+    }
+
+    /// Starts a region; `next_record` is the sequence number the region's
+    /// first record will get. An unfinished region is dropped, as its data
+    /// would be in Celeborn (no index entry covers it).
+    pub fn region_start(
+        &mut self,
+        index: i32,
+        broadcast: bool,
+        next_record: i64,
+    ) -> Result<(), MapPartitionError> {
+        if self.num_sub_partitions == 0 {
+            return Err(MapPartitionError::NoHandshake);
+        }
+        self.open = Some(OpenRegion {
+            index,
+            broadcast,
+            first: next_record,
+            current_sub: 0,
+        });
+        Ok(())
+    }
+
+    /// Checks one pushed record before it is stored; returns its
+    /// sub-partition.
+    pub fn accept(&mut self, record: &[u8]) -> Result<i32, MapPartitionError> {
+        let header = FlinkHeader::parse(record).ok_or(MapPartitionError::ShortRecord)?;
+        let actual = record.len() - FLINK_HEADER_LEN;
+        if header.len < 0 || header.len as usize != actual {
+            return Err(MapPartitionError::LengthMismatch {
+                header: header.len,
+                actual,
+            });
+        }
+        let count = self.num_sub_partitions;
+        let open = self.open.as_mut().ok_or(MapPartitionError::NoRegion)?;
+        let sub = header.sub_partition;
+        if sub < 0 || sub >= count {
+            return Err(MapPartitionError::SubPartitionOutOfRange { sub, count });
+        }
+        if sub < open.current_sub {
+            return Err(MapPartitionError::OutOfOrder {
+                sub,
+                previous: open.current_sub,
+            });
+        }
+        open.current_sub = sub;
+        Ok(sub)
+    }
+
+    /// Finishes the open region; `next_record` is one past its last record.
+    /// A region without records leaves no trace. Returns the region's index.
+    pub fn region_finish(&mut self, next_record: i64) -> Option<i32> {
+        let open = self.open.take()?;
+        if next_record > open.first {
+            self.regions.push(Region {
+                broadcast: open.broadcast,
+                records: open.first..next_record,
+            });
+        }
+        Some(open.index)
+    }
+
+    pub fn regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Whether a reader of sub-partitions `[start, end]` gets this stored
+    /// record (its block id is its sequence number, its map id its
+    /// sub-partition). Records keep data order, which is region order and,
+    /// within a region, ascending sub-partitions: what readers expect.
+    pub fn keeps(&self, record: &IndexRecord, start: i32, end: i32) -> bool {
+        let seq = record.block_id;
+        let i = self.regions.partition_point(|r| r.records.end <= seq);
+        let Some(region) = self.regions.get(i).filter(|r| r.records.contains(&seq)) else {
+            return false;
+        };
+        let sub = record.map_id;
+        if region.broadcast {
+            sub == 0
+        } else {
+            (start as i64..=end as i64).contains(&sub)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(sub: i32, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for word in [sub, 0, 0, payload.len() as i32] {
+            v.extend_from_slice(&word.to_be_bytes());
+        }
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn stored(seq: i64, sub: i64) -> IndexRecord {
+        IndexRecord {
+            offset: 0,
+            length: 0,
+            uncompressed_len: 0,
+            crc: 0,
+            block_id: seq,
+            map_id: sub,
+        }
+    }
+
+    #[test]
+    fn headers_are_big_endian() {
+        let r = record(7, b"abc");
+        assert_eq!(
+            FlinkHeader::parse(&r),
+            Some(FlinkHeader {
+                sub_partition: 7,
+                attempt: 0,
+                batch: 0,
+                len: 3
+            })
+        );
+        assert_eq!(FlinkHeader::parse(&r[..15]), None);
+    }
+
+    #[test]
+    fn records_need_a_handshake_a_region_and_ascending_sub_partitions() {
+        let mut m = MapPartition::default();
+        assert_eq!(
+            m.region_start(0, false, 0),
+            Err(MapPartitionError::NoHandshake)
+        );
+        assert!(m.handshake(0, 32768).is_err());
+        m.handshake(4, 32768).unwrap();
+        assert_eq!(m.accept(&record(0, b"x")), Err(MapPartitionError::NoRegion));
+        m.region_start(0, false, 0).unwrap();
+        assert_eq!(m.accept(&record(1, b"x")), Ok(1));
+        assert_eq!(m.accept(&record(1, b"y")), Ok(1));
+        assert_eq!(m.accept(&record(3, b"z")), Ok(3));
+        assert_eq!(
+            m.accept(&record(2, b"x")),
+            Err(MapPartitionError::OutOfOrder {
+                sub: 2,
+                previous: 3
+            })
+        );
+        assert_eq!(
+            m.accept(&record(4, b"x")),
+            Err(MapPartitionError::SubPartitionOutOfRange { sub: 4, count: 4 })
+        );
+        let mut lying = record(3, b"abc");
+        lying.truncate(18);
+        assert!(matches!(
+            m.accept(&lying),
+            Err(MapPartitionError::LengthMismatch {
+                header: 3,
+                actual: 2
+            })
+        ));
+        // A new region starts again at sub-partition 0.
+        assert_eq!(m.region_finish(3), Some(0));
+        m.region_start(1, false, 3).unwrap();
+        assert_eq!(m.accept(&record(0, b"x")), Ok(0));
+    }
+
+    #[test]
+    fn readers_get_their_sub_partitions_of_finished_regions_and_every_broadcast() {
+        let mut m = MapPartition::default();
+        m.handshake(4, 32768).unwrap();
+        // Region 0: records 0..4 with subs 0, 1, 1, 3.
+        m.region_start(0, false, 0).unwrap();
+        assert_eq!(m.region_finish(4), Some(0));
+        // An empty region leaves nothing.
+        m.region_start(1, false, 4).unwrap();
+        m.region_finish(4);
+        // Region 2 (broadcast): records 4..6, all sub 0.
+        m.region_start(2, true, 4).unwrap();
+        m.region_finish(6);
+        // Region 3 never finishes: record 6 is unreadable.
+        m.region_start(3, false, 6).unwrap();
+        assert_eq!(m.regions(), 2);
+
+        let subs = [0, 1, 1, 3, 0, 0, 2];
+        let read = |start, end| -> Vec<i64> {
+            (0..subs.len() as i64)
+                .filter(|&seq| m.keeps(&stored(seq, subs[seq as usize]), start, end))
+                .collect()
+        };
+        assert_eq!(read(1, 1), vec![1, 2, 4, 5]);
+        assert_eq!(read(0, 3), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(read(2, 2), vec![4, 5]);
+        assert_eq!(read(3, 3), vec![3, 4, 5]);
+    }
+}
