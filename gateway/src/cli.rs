@@ -34,6 +34,8 @@ pub enum BenchCommand {
     Uniffle(crate::bench::uniffle::UniffleBenchArgs),
     /// Any Celeborn deployment through its master: push, commit, fetch, verify.
     Celeborn(crate::bench::celeborn::CelebornBenchArgs),
+    /// Reads of huge partitions from the cold tier: through the gateway against a direct OpenDAL read.
+    Cold(crate::bench::cold::ColdBenchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -45,6 +45,8 @@ pub struct ColdStatus {
     pub read_cache_hits: u64,
     /// Bytes held by the read cache now.
     pub read_cache_bytes: u64,
+    /// Read-aheads skipped because `memory.read_capacity` was in use.
+    pub readahead_skipped: u64,
     pub write_errors: u64,
 }
 
@@ -73,7 +75,34 @@ pub(crate) struct ColdTier {
     read_requests: AtomicU64,
     cache_hits: AtomicU64,
     write_errors: AtomicU64,
+    /// Read-aheads skipped because the read budget was spent.
+    readahead_skipped: AtomicU64,
     pub(crate) huge_partition_threshold: u64,
+    /// The store's read budget (KiB permits): a read-ahead holds its window
+    /// from it while in flight, and is skipped when it does not fit.
+    read_budget: Arc<Semaphore>,
+}
+
+/// The operator the cold tier uses, layers included: what benchmarks and
+/// checks read the tier's objects with directly.
+pub fn cold_operator(config: &ColdConfig) -> Result<Operator> {
+    config.validate().map_err(StorageError::Config)?;
+    // Innermost first: metrics and the concurrency limit see each attempt
+    // (a retry's backoff holds no permit); the timeout bounds an attempt;
+    // retries wrap it all.
+    Ok(operator(&config.backend)?
+        .layer(MetricsLayer::default())
+        .layer(ConcurrentLimitLayer::new(config.max_requests))
+        .layer(
+            TimeoutLayer::new()
+                .with_timeout(config.io_timeout)
+                .with_io_timeout(config.io_timeout),
+        )
+        .layer(
+            RetryLayer::new()
+                .with_jitter()
+                .with_max_times(config.retries),
+        ))
 }
 
 /// Builds the operator of a backend, without layers.
@@ -122,24 +151,8 @@ fn operator(backend: &ColdBackend) -> Result<Operator> {
 }
 
 impl ColdTier {
-    pub(crate) fn open(config: &ColdConfig) -> Result<Arc<Self>> {
-        config.validate().map_err(StorageError::Config)?;
-        // Innermost first: metrics and the concurrency limit see each attempt
-        // (a retry's backoff holds no permit); the timeout bounds an attempt;
-        // retries wrap it all.
-        let op = operator(&config.backend)?
-            .layer(MetricsLayer::default())
-            .layer(ConcurrentLimitLayer::new(config.max_requests))
-            .layer(
-                TimeoutLayer::new()
-                    .with_timeout(config.io_timeout)
-                    .with_io_timeout(config.io_timeout),
-            )
-            .layer(
-                RetryLayer::new()
-                    .with_jitter()
-                    .with_max_times(config.retries),
-            );
+    pub(crate) fn open(config: &ColdConfig, read_budget: Arc<Semaphore>) -> Result<Arc<Self>> {
+        let op = cold_operator(config)?;
         let window = config.readahead.as_u64();
         let cache = (config.read_cache.as_u64() > 0 && window > 0).then(|| ReadCache {
             windows: moka::future::Cache::builder()
@@ -166,7 +179,9 @@ impl ColdTier {
             read_requests: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            readahead_skipped: AtomicU64::new(0),
             huge_partition_threshold: config.huge_partition_threshold.as_u64(),
+            read_budget,
         }))
     }
 
@@ -279,11 +294,21 @@ impl ColdTier {
             && end - last * cache.window >= cache.window / 2
             && !cache.windows.contains_key(&(path.clone(), next))
         {
-            let tier = self.clone();
-            let path = path.clone();
-            tokio::spawn(async move {
-                let _ = tier.window(path, next, object_len).await;
-            });
+            let kib = cache.window.div_ceil(1024).min(u32::MAX as u64) as u32;
+            match self.read_budget.clone().try_acquire_many_owned(kib) {
+                Ok(permit) => {
+                    let tier = self.clone();
+                    let path = path.clone();
+                    tokio::spawn(async move {
+                        let _ = tier.window(path, next, object_len).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    self.readahead_skipped.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("switchyard_cold_readahead_skipped_total").increment(1);
+                }
+            }
         }
         let base = first * cache.window;
         let from = (offset - base) as usize;
@@ -315,6 +340,19 @@ impl ColdTier {
             .try_get_with(key.clone(), load)
             .await
             .map_err(|e: Arc<StorageError>| crate::store::clone_error(&e))
+    }
+
+    /// Empties the read cache (benchmarks start each run cold).
+    pub(crate) fn clear_read_cache(&self) {
+        if let Some(cache) = &self.cache {
+            cache.windows.invalidate_all();
+        }
+    }
+
+    /// Extra read budget a read of cold data holds beyond its own length:
+    /// the windows it may fetch around it.
+    pub(crate) fn read_overhead(&self) -> u64 {
+        self.cache.as_ref().map(|c| 2 * c.window).unwrap_or(0)
     }
 
     /// Deletes one object of `len` bytes and forgets its cached windows.
@@ -361,6 +399,7 @@ impl ColdTier {
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
             read_requests: self.read_requests.load(Ordering::Relaxed),
             read_cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            readahead_skipped: self.readahead_skipped.load(Ordering::Relaxed),
             read_cache_bytes: self
                 .cache
                 .as_ref()
@@ -383,11 +422,41 @@ mod tests {
         });
         c.read_cache = ByteSize::b(cache);
         c.readahead = ByteSize::b(window);
-        ColdTier::open(&c).unwrap()
+        ColdTier::open(&c, Arc::new(Semaphore::new(1 << 20))).unwrap()
     }
 
     fn object(len: usize) -> Bytes {
         (0..len).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[tokio::test]
+    async fn read_ahead_only_within_the_read_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ColdConfig::new(ColdBackend::Fs {
+            root: dir.path().to_path_buf(),
+        });
+        c.read_cache = ByteSize::mib(1);
+        c.readahead = ByteSize::kib(16);
+        // 8 KiB of budget: a 16 KiB window never fits.
+        let budget = Arc::new(Semaphore::new(8));
+        let t = ColdTier::open(&c, budget.clone()).unwrap();
+        let data = object(64 << 10);
+        t.op.write("o.data", data.clone()).await.unwrap();
+        for at in (0..data.len()).step_by(4096) {
+            let got = t
+                .read_data("o.data", data.len() as u64, at as u64, 4096)
+                .await
+                .unwrap();
+            assert_eq!(got, data.slice(at..at + 4096));
+        }
+        let s = t.status();
+        assert_eq!(s.read_requests, 4, "each window fetched on demand, once");
+        assert!(s.readahead_skipped >= 3, "{s:?}");
+        assert_eq!(
+            budget.available_permits(),
+            8,
+            "nothing held after the reads"
+        );
     }
 
     #[tokio::test]

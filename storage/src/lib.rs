@@ -32,7 +32,7 @@ pub mod view;
 
 pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN};
 pub use budget::{MemoryBudget, Reservation};
-pub use cold::ColdStatus;
+pub use cold::{cold_operator, ColdStatus};
 pub use config::{
     AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, Secret, StoreConfig,
 };

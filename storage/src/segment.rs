@@ -83,6 +83,10 @@ impl Segment {
         self.open.store(false, Ordering::Release);
     }
 
+    pub(crate) fn is_cold(&self) -> bool {
+        matches!(self.location, SegmentLocation::Cold { .. })
+    }
+
     pub(crate) fn disk(&self) -> Option<usize> {
         match self.location {
             SegmentLocation::Disk { disk, .. } => Some(disk),

@@ -56,7 +56,7 @@ pub struct Store {
     pub(crate) index_cache: moka::future::Cache<(u64, u64), Bytes>,
     pub(crate) flush_slots: Arc<Semaphore>,
     /// Read budget in KiB units: bounds the memory that reads hold at once.
-    pub(crate) read_budget: Semaphore,
+    pub(crate) read_budget: Arc<Semaphore>,
     read_budget_kib: u32,
     pub(crate) next_segment: AtomicU64,
     pub(crate) spill_wakeup: tokio::sync::Notify,
@@ -88,7 +88,14 @@ impl Store {
                 .map_err(|e| StorageError::io(dir, e))?;
             disks.push(Arc::new(disk));
         }
-        let cold = config.cold.as_ref().map(ColdTier::open).transpose()?;
+        let read_budget_kib =
+            (config.memory.read_capacity.as_u64() / 1024).min(u32::MAX as u64) as u32;
+        let read_budget = Arc::new(Semaphore::new(read_budget_kib as usize));
+        let cold = config
+            .cold
+            .as_ref()
+            .map(|c| ColdTier::open(c, read_budget.clone()))
+            .transpose()?;
         let index_cache = moka::future::Cache::builder()
             .weigher(|_: &(u64, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .max_capacity(config.memory.index_cache.as_u64())
@@ -105,8 +112,6 @@ impl Store {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        let read_budget_kib =
-            (config.memory.read_capacity.as_u64() / 1024).min(u32::MAX as u64) as u32;
         let store = Arc::new(Store {
             budget: Arc::new(MemoryBudget::new(config.memory.capacity.as_u64())),
             disks,
@@ -114,7 +119,7 @@ impl Store {
             apps: DashMap::new(),
             index_cache,
             flush_slots: Arc::new(Semaphore::new(flush_slots.max(1))),
-            read_budget: Semaphore::new(read_budget_kib as usize),
+            read_budget,
             read_budget_kib,
             next_segment: AtomicU64::new(uid_start),
             spill_wakeup: tokio::sync::Notify::new(),
@@ -415,8 +420,13 @@ impl Store {
                 size,
             });
         }
+        // Reads of cold data also hold the windows they may fetch around them.
+        let cold_overhead = match &self.cold {
+            Some(cold) if segments.iter().any(|s| s.is_cold()) => cold.read_overhead(),
+            _ => 0,
+        };
         // A read larger than the whole budget takes all of it, alone.
-        let kib = (len.div_ceil(1024)).min(self.read_budget_kib as u64) as u32;
+        let kib = ((len + cold_overhead).div_ceil(1024)).min(self.read_budget_kib as u64) as u32;
         let _budget = self
             .read_budget
             .acquire_many(kib)
@@ -601,6 +611,13 @@ impl Store {
             let _ = self.remove_app(app).await;
         }
         stale
+    }
+
+    /// Empties the cold tier's read cache (benchmarks start each run cold).
+    pub fn clear_cold_read_cache(&self) {
+        if let Some(cold) = &self.cold {
+            cold.clear_read_cache();
+        }
     }
 
     /// Lists the cold tier's objects below an application (tests, checks).

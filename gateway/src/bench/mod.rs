@@ -2,6 +2,7 @@
 //! baseline measured in the same run.
 
 pub mod celeborn;
+pub mod cold;
 pub mod report;
 pub mod storage;
 pub mod uniffle;
