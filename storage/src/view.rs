@@ -109,18 +109,18 @@ impl Store {
         })
     }
 
-    /// Flushes the partition, then opens a chunked view of the blocks `keep`
-    /// accepts, in data order (Celeborn's map partitions select records by
-    /// region and sub-partition).
-    pub async fn open_filtered_view(
+    /// Flushes the partition, then opens a chunked view of the blocks
+    /// `select` picks from its records (in data order), in the order it
+    /// returns them, repeats allowed (Celeborn's map partitions serve a
+    /// broadcast region once per sub-partition read).
+    pub async fn open_selected_view(
         self: &Arc<Self>,
         key: &PartitionKey,
-        keep: impl Fn(&IndexRecord) -> bool,
+        select: impl FnOnce(Vec<IndexRecord>) -> Vec<IndexRecord>,
         chunk_size: u64,
     ) -> Result<PartitionView> {
         let index = self.read_index_flushed(key).await?;
-        let mut records = IndexRecord::decode_all(&index.0);
-        records.retain(|r| keep(r));
+        let records = select(IndexRecord::decode_all(&index.0));
         Ok(PartitionView {
             partition: index.1,
             chunks: chunk_records(&records, chunk_size.max(1)),
@@ -178,6 +178,14 @@ mod tests {
         assert_eq!(chunks.len(), 2);
         assert_eq!(chunks[0].ranges, vec![(0, 10)]);
         assert_eq!(chunks[1].ranges, vec![(10, 7)]);
+    }
+
+    #[test]
+    fn repeated_records_are_read_again() {
+        let recs = [rec(0, 5, 0), rec(0, 5, 0), rec(5, 5, 1)];
+        let chunks = chunk_records(&recs, 100);
+        assert_eq!(chunks[0].ranges, vec![(0, 5), (0, 10)]);
+        assert_eq!(chunks[0].len, 15);
     }
 
     #[test]

@@ -778,23 +778,30 @@ async fn write_region(
     written
 }
 
-/// What a reader of `[start, end]` must get, in order.
+/// What a reader of `[start, end]` must get, in order: a broadcast region
+/// once per sub-partition of the range, as Celeborn serves it.
 fn expected_reads(regions: &[(bool, Vec<(i32, Bytes)>)], start: i32, end: i32) -> Vec<Bytes> {
-    regions
-        .iter()
-        .flat_map(|(broadcast, records)| {
-            records
-                .iter()
-                .filter(move |(sub, _)| {
-                    if *broadcast {
-                        *sub == 0
-                    } else {
-                        (start..=end).contains(sub)
-                    }
-                })
-                .map(|(_, r)| r.clone())
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (broadcast, records) in regions {
+        if *broadcast {
+            for _ in start..=end {
+                out.extend(
+                    records
+                        .iter()
+                        .filter(|(sub, _)| *sub == 0)
+                        .map(|(_, r)| r.clone()),
+                );
+            }
+        } else {
+            out.extend(
+                records
+                    .iter()
+                    .filter(|(sub, _)| (start..=end).contains(sub))
+                    .map(|(_, r)| r.clone()),
+            );
+        }
+    }
+    out
 }
 
 enum Granting {

@@ -70,9 +70,9 @@ impl FetchPort {
             }
             self.state
                 .store
-                .open_filtered_view(
+                .open_selected_view(
                     &loc.key,
-                    |rec| meta.keeps(rec, start, end),
+                    |records| meta.select(records, start, end),
                     CREDIT_BATCH_BYTES,
                 )
                 .await

@@ -174,22 +174,36 @@ impl MapPartition {
         self.regions.len()
     }
 
-    /// Whether a reader of sub-partitions `[start, end]` gets this stored
-    /// record (its block id is its sequence number, its map id its
-    /// sub-partition). Records keep data order, which is region order and,
-    /// within a region, ascending sub-partitions: what readers expect.
-    pub fn keeps(&self, record: &IndexRecord, start: i32, end: i32) -> bool {
-        let seq = record.block_id;
-        let i = self.regions.partition_point(|r| r.records.end <= seq);
-        let Some(region) = self.regions.get(i).filter(|r| r.records.contains(&seq)) else {
-            return false;
-        };
-        let sub = record.map_id;
-        if region.broadcast {
-            sub == 0
-        } else {
-            (start as i64..=end as i64).contains(&sub)
+    /// What a reader of sub-partitions `[start, end]` gets, in order, from a
+    /// location's stored records (in data order; block id = sequence number,
+    /// map id = sub-partition): region by region, the records of those
+    /// sub-partitions, ascending as written; a broadcast region's records
+    /// (written once, as sub-partition 0) once for each sub-partition of the
+    /// range, as Celeborn's index gives every sub-partition of a broadcast
+    /// region the same entry. Flink counts on it: the end-of-partition event
+    /// is a broadcast region, and a reader waits for one per sub-partition.
+    pub fn select(&self, records: Vec<IndexRecord>, start: i32, end: i32) -> Vec<IndexRecord> {
+        let (start, end) = (start as i64, end as i64);
+        let mut out = Vec::new();
+        let mut rest = records.as_slice();
+        for region in &self.regions {
+            // Records are in sequence order: skip to this region, take it.
+            let from = rest.partition_point(|r| r.block_id < region.records.start);
+            rest = &rest[from..];
+            let len = rest.partition_point(|r| r.block_id < region.records.end);
+            let (records, after) = rest.split_at(len);
+            rest = after;
+            if region.broadcast {
+                let shared: Vec<IndexRecord> =
+                    records.iter().filter(|r| r.map_id == 0).copied().collect();
+                for _ in start..=end {
+                    out.extend_from_slice(&shared);
+                }
+            } else {
+                out.extend(records.iter().filter(|r| (start..=end).contains(&r.map_id)));
+            }
         }
+        out
     }
 }
 
@@ -290,14 +304,20 @@ mod tests {
         assert_eq!(m.regions(), 2);
 
         let subs = [0, 1, 1, 3, 0, 0, 2];
+        let stored: Vec<IndexRecord> = (0..subs.len() as i64)
+            .map(|seq| stored(seq, subs[seq as usize]))
+            .collect();
         let read = |start, end| -> Vec<i64> {
-            (0..subs.len() as i64)
-                .filter(|&seq| m.keeps(&stored(seq, subs[seq as usize]), start, end))
+            m.select(stored.clone(), start, end)
+                .iter()
+                .map(|r| r.block_id)
                 .collect()
         };
         assert_eq!(read(1, 1), vec![1, 2, 4, 5]);
-        assert_eq!(read(0, 3), vec![0, 1, 2, 3, 4, 5]);
+        // The broadcast region once per sub-partition of the range.
+        assert_eq!(read(0, 3), vec![0, 1, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5]);
         assert_eq!(read(2, 2), vec![4, 5]);
         assert_eq!(read(3, 3), vec![3, 4, 5]);
+        assert_eq!(read(1, 2), vec![1, 2, 4, 5, 4, 5]);
     }
 }
