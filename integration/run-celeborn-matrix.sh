@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Runs the Spark + stock Celeborn client integration suite (integration/, JUnit tag
 # "celeborn") against a switchyard binary, once per client version, each with both
-# writers (HASH and SORT), then the mixed-protocol test once:
+# writers (HASH and SORT), then Flink jobs with the Celeborn Flink client, then the
+# Flink protocol driver, then the mixed-protocol test once:
 #
 #   1. celeborn-client-spark-3-shaded_2.12 0.5.4 from Maven Central, HASH and SORT
 #   2. celeborn-client-spark-3-shaded_2.12 0.5.1 from Maven Central, HASH and SORT
-#   3. MixedProtocolTest (tag "mixed"): one switchyard, a Uniffle 0.9.2 GRPC job and a
+#   3. Flink 1.20 jobs with the Celeborn Flink client (integration/flink, its own Maven
+#      project): the client jar is not on Maven Central, so they need
+#      CELEBORN_FLINK_CLIENT_JAR; without it the entry runs, its tests report skipped
+#      (about 10 s) and the entry shows SKIP
+#   4. The Flink protocol driver (JUnit tag "celeborn-flink": CelebornFlinkDriverTest,
+#      CelebornFlinkMixedTest): the Flink client's MAP-partition sequence driven through
+#      the real LifecycleManager and transport classes of the Spark client jar 0.5.4
+#      (no Flink, no Flink client jar), then alongside a Uniffle and a Celeborn Spark job
+#   5. MixedProtocolTest (tag "mixed"): one switchyard, a Uniffle 0.9.2 GRPC job and a
 #      Celeborn job (first version of the list, HASH) at the same time, each in its
 #      own JVM
 #
@@ -14,6 +23,10 @@
 #   CELEBORN_MAVEN_VERSIONS  Maven Central versions (default "0.5.4 0.5.1"; empty: none)
 #   CELEBORN_WRITERS         writers per version (default "HASH,SORT")
 #   CELEBORN_SKIP_MIXED=1    leave out the mixed-protocol entry
+#   CELEBORN_FLINK_CLIENT_JAR a celeborn-client-flink-1.20-shaded_2.12 jar (0.6.x) for entry 3
+#   CELEBORN_SKIP_FLINK=1    leave out the Flink entry
+#   CELEBORN_SKIP_FLINK_DRIVER=1   leave out the Flink driver entry (always client 0.5.4:
+#                            0.5.1's ShuffleClientImpl lacks methods the driver overrides)
 #   MVN                      maven command (default: mvn)
 # Arguments are passed to every mvn run, e.g.
 #   ./run-celeborn-matrix.sh -Dswitchyard.large.records=1000000
@@ -44,7 +57,8 @@ summary=()
 failed=0
 n=0
 
-# run_entry LABEL MVN_ARGS...
+# run_entry LABEL MVN_ARGS...   ($timings: the timings file that project writes)
+timings=$here/target/switchyard-it-timings.txt
 run_entry() {
   local label=$1
   shift
@@ -55,7 +69,7 @@ run_entry() {
   echo
   echo "=== [$n] $label"
   echo "    log: $log"
-  rm -f "$here/target/switchyard-it-timings.txt"
+  rm -f "$timings"
   local start=$SECONDS
   (cd "$here" && "$mvn_cmd" -B test -Dswitchyard.bin="$bin" "$@" "${extra_args[@]}") >"$log" 2>&1
   local rc=$?
@@ -63,9 +77,9 @@ run_entry() {
   local tests
   tests=$(grep -E '^\[(INFO|ERROR|WARNING)\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$log" | tail -1 | sed -E 's/^\[[A-Z]+\] //')
   [ -n "$tests" ] || tests="no test summary (build or dependency failure? see log)"
-  if [ -f "$here/target/switchyard-it-timings.txt" ]; then
-    cp "$here/target/switchyard-it-timings.txt" "$outdir/$slug-timings.txt"
-    sed 's/^/    /' "$here/target/switchyard-it-timings.txt"
+  if [ -f "$timings" ]; then
+    cp "$timings" "$outdir/$slug-timings.txt"
+    sed 's/^/    /' "$timings"
   fi
   grep -E '^\[ERROR\]   ' "$log" | head -20 | sed 's/^/    /'
   local verdict=PASS
@@ -73,6 +87,10 @@ run_entry() {
   if [ $rc -ne 0 ] || ! grep -qE 'Tests run: [1-9]' "$log"; then
     verdict=FAIL
     failed=$((failed + 1))
+  elif [[ "$tests" =~ ^Tests\ run:\ ([0-9]+),.*Skipped:\ ([0-9]+)$ ]] &&
+    [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; then
+    verdict=SKIP # every test skipped itself (e.g. Flink without CELEBORN_FLINK_CLIENT_JAR)
+    grep -m1 -E '^\[flink\] skipped' "$log" | sed 's/^/    /'
   fi
   local line
   line=$(printf '%s  %-40s %4ds  %s' "$verdict" "$label" "$secs" "$tests")
@@ -90,6 +108,27 @@ for v in $versions; do
   run_entry "celeborn-$v-${writers//,/+}" -Dshuffle.client=celeborn -Dceleborn.client.version="$v" \
     -Dceleborn.writers="$writers"
 done
+
+if [ "${CELEBORN_SKIP_FLINK:-0}" = 1 ]; then
+  echo
+  echo "=== Flink entry: skipped (CELEBORN_SKIP_FLINK=1)"
+  summary+=("SKIP  flink: CELEBORN_SKIP_FLINK=1")
+else
+  timings=$here/flink/target/switchyard-flink-timings.txt
+  run_entry "flink-1.20-celeborn-client" -f flink/pom.xml
+  timings=$here/target/switchyard-it-timings.txt
+fi
+
+if [ "${CELEBORN_SKIP_FLINK_DRIVER:-0}" = 1 ]; then
+  echo
+  echo "=== Flink driver entry: skipped (CELEBORN_SKIP_FLINK_DRIVER=1)"
+  summary+=("SKIP  flink driver: CELEBORN_SKIP_FLINK_DRIVER=1")
+else
+  driver_version=0.5.4
+  run_entry "flink-driver-celeborn-$driver_version" -Dshuffle.client=celeborn-flink \
+    -Dceleborn.client.version="$driver_version" -Dceleborn.writers="${writers%%,*}" \
+    -Duniffle.client.version=0.9.2 -Duniffle.client.type=GRPC
+fi
 
 if [ "${CELEBORN_SKIP_MIXED:-0}" = 1 ]; then
   echo

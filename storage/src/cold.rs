@@ -54,7 +54,9 @@ pub struct ColdStatus {
 type WindowKey = (Arc<str>, u64);
 
 struct ReadCache {
-    windows: moka::future::Cache<WindowKey, Bytes>,
+    /// Windows as OpenDAL returned them (possibly several chunks): kept
+    /// without copying into one allocation.
+    windows: moka::future::Cache<WindowKey, Buffer>,
     /// Window size in bytes.
     window: u64,
     /// Reads longer than this bypass the cache (they would only evict it).
@@ -156,7 +158,7 @@ impl ColdTier {
         let window = config.readahead.as_u64();
         let cache = (config.read_cache.as_u64() > 0 && window > 0).then(|| ReadCache {
             windows: moka::future::Cache::builder()
-                .weigher(|k: &WindowKey, v: &Bytes| {
+                .weigher(|k: &WindowKey, v: &Buffer| {
                     (k.0.len() + v.len()).min(u32::MAX as usize) as u32
                 })
                 .max_capacity(config.read_cache.as_u64())
@@ -251,6 +253,11 @@ impl ColdTier {
 
     /// Bytes `[offset, offset + len)` of an object, in one request, uncached.
     pub(crate) async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        Ok(self.fetch(path, offset, len).await?.to_bytes())
+    }
+
+    /// One ranged request, its answer as OpenDAL returns it.
+    async fn fetch(&self, path: &str, offset: u64, len: u64) -> Result<Buffer> {
         self.read_requests.fetch_add(1, Ordering::Relaxed);
         let buf = self
             .op
@@ -262,7 +269,7 @@ impl ColdTier {
             })?;
         self.read_bytes.fetch_add(len, Ordering::Relaxed);
         metrics::counter!("switchyard_cold_read_bytes_total").increment(len);
-        Ok(buf.to_bytes())
+        Ok(buf)
     }
 
     /// Bytes `[offset, offset + len)` of the immutable data object `path`,
@@ -310,21 +317,29 @@ impl ColdTier {
                 }
             }
         }
-        let base = first * cache.window;
-        let from = (offset - base) as usize;
-        Ok(if windows.len() == 1 {
-            windows[0].slice(from..from + len as usize)
-        } else {
-            let mut out = bytes::BytesMut::with_capacity(len as usize);
-            for w in &windows {
-                out.extend_from_slice(w);
+        // The requested bytes as slices of the windows' chunks: copied once
+        // into one buffer only when they are not already one chunk.
+        let mut parts = Vec::new();
+        for (w, buf) in (first..).zip(&windows) {
+            let start = w * cache.window;
+            let from = (offset.max(start) - start) as usize;
+            let to = (end.min(start + buf.len() as u64) - start) as usize;
+            parts.extend(buf.slice(from..to));
+        }
+        Ok(match parts.len() {
+            1 => parts.pop().unwrap(),
+            _ => {
+                let mut out = bytes::BytesMut::with_capacity(len as usize);
+                for p in &parts {
+                    out.extend_from_slice(p);
+                }
+                out.freeze()
             }
-            out.freeze().slice(from..from + len as usize)
         })
     }
 
     /// One aligned window of a data object, from the cache or one request.
-    async fn window(&self, path: Arc<str>, w: u64, object_len: u64) -> Result<Bytes> {
+    async fn window(&self, path: Arc<str>, w: u64, object_len: u64) -> Result<Buffer> {
         let cache = self.cache.as_ref().expect("called with a cache");
         let key = (path, w);
         if let Some(hit) = cache.windows.get(&key).await {
@@ -334,7 +349,7 @@ impl ColdTier {
         }
         let start = w * cache.window;
         let len = cache.window.min(object_len - start);
-        let load = self.read(&key.0, start, len);
+        let load = self.fetch(&key.0, start, len);
         cache
             .windows
             .try_get_with(key.clone(), load)

@@ -423,6 +423,106 @@ public final class Jobs {
     return out;
   }
 
+  // ---------------------------------------------------------------- skewed
+
+  /** The hot key of the skewed job. */
+  static final long HOT_KEY = 0x5EE5L;
+
+  /** Records for the skewed job: {@code switchyard.cold.records}, default 5M (about 530 MB shuffled). */
+  public static long skewedRecords() {
+    return Long.getLong("switchyard.cold.records", 5_000_000L);
+  }
+
+  /** Share of the skewed job's records that carry {@link #HOT_KEY}: {@code switchyard.cold.hotFraction}, default 0.8. */
+  public static double hotFraction() {
+    return Double.parseDouble(System.getProperty("switchyard.cold.hotFraction", "0.8"));
+  }
+
+  /** The output partition of {@link #HOT_KEY} in {@link #skewedShuffle}. */
+  public static int hotPartition() {
+    return new HashPartitioner(LARGE_PARTITIONS).getPartition(HOT_KEY);
+  }
+
+  /**
+   * The large job's records, except that a share {@code hotFraction} of them (chosen from fixed
+   * seeds) carry one key, {@link #HOT_KEY}, so one output partition ({@link #hotPartition()})
+   * receives most of the shuffle: with the defaults about 80% of 520 MB. Returns (count, sum of
+   * hashes) per output partition, as {@link #largeShuffle}.
+   */
+  public static List<PartitionDigest> skewedShuffle(SparkSession spark, long records, double hotFraction) {
+    final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
+    List<Tuple3<Integer, Long, Long>> parts =
+        jsc(spark)
+            .parallelize(range(LARGE_MAPS), LARGE_MAPS)
+            .flatMapToPair(
+                p ->
+                    new SkewedRecordGenerator(
+                        p, Math.max(0, Math.min(perMap, records - p * perMap)), hotFraction))
+            .partitionBy(new HashPartitioner(LARGE_PARTITIONS))
+            .mapPartitionsWithIndex(
+                (idx, it) -> {
+                  long n = 0;
+                  long h = 0;
+                  while (it.hasNext()) {
+                    Tuple2<Long, byte[]> t = it.next();
+                    n++;
+                    h += recordHash(t._1(), t._2());
+                  }
+                  return Collections.singletonList(new Tuple3<>(idx, n, h)).iterator();
+                },
+                true)
+            .collect();
+    List<PartitionDigest> out = new ArrayList<>();
+    long total = 0;
+    for (int i = 0; i < parts.size(); i++) {
+      if (parts.get(i)._1() != i) {
+        throw new AssertionError("partition " + parts.get(i)._1() + " at position " + i);
+      }
+      out.add(new PartitionDigest(parts.get(i)._2(), parts.get(i)._3()));
+      total += parts.get(i)._2();
+    }
+    if (total != records) {
+      throw new AssertionError("skewed job: " + total + " records after the shuffle, " + records + " before");
+    }
+    return out;
+  }
+
+  /** As {@link RecordGenerator}, with {@link #HOT_KEY} for a share {@code hotFraction} of the records. */
+  static final class SkewedRecordGenerator implements Iterator<Tuple2<Long, byte[]>> {
+    private final SplittableRandom r;
+    private final long n;
+    private final double hotFraction;
+    private long i;
+
+    SkewedRecordGenerator(int partition, long n, double hotFraction) {
+      this.r = new SplittableRandom(SEED * 47 + partition);
+      this.n = n;
+      this.hotFraction = hotFraction;
+    }
+
+    @Override
+    public boolean hasNext() {
+      return i < n;
+    }
+
+    @Override
+    public Tuple2<Long, byte[]> next() {
+      if (i >= n) {
+        throw new NoSuchElementException();
+      }
+      i++;
+      byte[] payload = new byte[LARGE_PAYLOAD];
+      for (int j = 0; j < LARGE_PAYLOAD; j += 8) {
+        long v = r.nextLong();
+        for (int k = 0; k < 8 && j + k < LARGE_PAYLOAD; k++) {
+          payload[j + k] = (byte) (v >>> (8 * k));
+        }
+      }
+      long key = r.nextDouble() < hotFraction ? HOT_KEY : r.nextLong();
+      return new Tuple2<>(key, payload);
+    }
+  }
+
   static long recordHash(long key, byte[] payload) {
     long h = key * 0x9E3779B97F4A7C15L + Arrays.hashCode(payload) * 0xC2B2AE3D27D4EB4FL + payload.length;
     // murmur3 fmix64

@@ -48,6 +48,8 @@ public final class SwitchyardProcess implements AutoCloseable {
   private final int nettyPort;
   private final String memoryCapacity;
   private final boolean celeborn;
+  private final String memoryExtra;
+  private final String extraToml;
   private final int celebornMasterPort;
   private final int celebornRpcPort;
   private final int celebornPushPort;
@@ -56,10 +58,14 @@ public final class SwitchyardProcess implements AutoCloseable {
   private Process process;
   private Thread shutdownHook;
 
-  private SwitchyardProcess(String name, String memoryCapacity, boolean celeborn) throws IOException {
+  private SwitchyardProcess(
+      String name, String memoryCapacity, boolean celeborn, String memoryExtra, String extraToml)
+      throws IOException {
     this.name = name;
     this.memoryCapacity = memoryCapacity;
     this.celeborn = celeborn;
+    this.memoryExtra = memoryExtra;
+    this.extraToml = extraToml;
     this.binary = locateBinary();
     int[] ports = freeLoopbackPorts(9);
     this.adminPort = ports[0];
@@ -100,7 +106,19 @@ public final class SwitchyardProcess implements AutoCloseable {
 
   private static SwitchyardProcess start(String name, String memoryCapacity, boolean celeborn)
       throws IOException {
-    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, celeborn);
+    return start(name, memoryCapacity, celeborn, "", "");
+  }
+
+  /**
+   * As {@link #start(String, String)} with more settings: {@code memoryExtra} are TOML lines
+   * inside {@code [storage.memory]} (e.g. {@code single_buffer_threshold = "16MiB"}), {@code
+   * extraToml} whole tables appended after {@code [storage.disks]} (e.g. {@code [storage.cold]},
+   * {@code [storage.apps]}). Each ends with a newline or is empty.
+   */
+  public static SwitchyardProcess start(
+      String name, String memoryCapacity, boolean celeborn, String memoryExtra, String extraToml)
+      throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, celeborn, memoryExtra, extraToml);
     try {
       p.launch();
       return p;
@@ -138,8 +156,10 @@ public final class SwitchyardProcess implements AutoCloseable {
         + (celeborn ? celebornSection() : "[celeborn]\nenabled = false\n")
         + "[storage.memory]\n"
         + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
+        + memoryExtra
         + "[storage.disks]\n"
-        + "dirs = [\"" + tomlEscape(dataDir.toString()) + "\"]\n";
+        + "dirs = [\"" + tomlEscape(dataDir.toString()) + "\"]\n"
+        + extraToml;
   }
 
   /**
@@ -157,7 +177,7 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "advertised_host = \"127.0.0.1\"\n";
   }
 
-  private static String tomlEscape(String s) {
+  static String tomlEscape(String s) {
     return s.replace("\\", "\\\\").replace("\"", "\\\"");
   }
 
@@ -298,6 +318,27 @@ public final class SwitchyardProcess implements AutoCloseable {
         throw new AssertionError("no appended_bytes in /api/v1/status: " + body);
       }
       return Long.parseLong(m.group(1));
+    } catch (IOException | InterruptedException e) {
+      throw new AssertionError("cannot read /api/v1/status", e);
+    }
+  }
+
+  /** Bytes per tier ({@code storage.tiers} of {@code /api/v1/status}). */
+  public record Tiers(long memory, long disk, long cold) {}
+
+  /** The store's bytes per tier now, from {@code /api/v1/status}. */
+  public Tiers tiers() {
+    try {
+      String body = adminGet("/api/v1/status");
+      java.util.regex.Matcher m =
+          java.util.regex.Pattern.compile(
+                  "\"tiers\"\\s*:\\s*\\{\\s*\"memory\"\\s*:\\s*(\\d+)\\s*,\\s*\"disk\"\\s*:\\s*(\\d+)\\s*,"
+                      + "\\s*\"cold\"\\s*:\\s*(\\d+)")
+              .matcher(body);
+      if (!m.find()) {
+        throw new AssertionError("no storage.tiers in /api/v1/status: " + body);
+      }
+      return new Tiers(Long.parseLong(m.group(1)), Long.parseLong(m.group(2)), Long.parseLong(m.group(3)));
     } catch (IOException | InterruptedException e) {
       throw new AssertionError("cannot read /api/v1/status", e);
     }
