@@ -294,13 +294,14 @@ impl ColdTier {
             (first..=last).map(|w| self.window(path.clone(), w, object_len)),
         )
         .await?;
-        // A reader nearing the end of the last window it touched reads on:
-        // fetch the next window now, off this read's path.
-        let next = last + 1;
-        if next * cache.window < object_len
-            && end - last * cache.window >= cache.window / 2
-            && !cache.windows.contains_key(&(path.clone(), next))
-        {
+        // A sequential reader's next read is most likely the same size,
+        // right after this one: fetch the windows it will need now, off this
+        // read's path (each holding its size of the read budget in flight).
+        let ahead_end = (end + len).min(object_len);
+        for next in last + 1..=(ahead_end - 1) / cache.window {
+            if cache.windows.contains_key(&(path.clone(), next)) {
+                continue;
+            }
             let kib = cache.window.div_ceil(1024).min(u32::MAX as u64) as u32;
             match self.read_budget.clone().try_acquire_many_owned(kib) {
                 Ok(permit) => {
@@ -314,6 +315,7 @@ impl ColdTier {
                 Err(_) => {
                     self.readahead_skipped.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!("switchyard_cold_readahead_skipped_total").increment(1);
+                    break;
                 }
             }
         }
