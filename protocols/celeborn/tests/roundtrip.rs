@@ -240,6 +240,25 @@ impl Lm {
         }
     }
 
+    async fn unregister_shuffle(&self, shuffle: i32) {
+        let r = self
+            .master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::UnregisterShuffle,
+                    &PbUnregisterShuffle {
+                        app_id: self.app.clone(),
+                        shuffle_id: shuffle,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(decode::<PbUnregisterShuffleResponse>(&r).unwrap().status, 0);
+    }
+
     async fn commit(
         &self,
         shuffle: i32,
@@ -428,22 +447,7 @@ async fn spark_sequence_push_commit_read() {
     assert_eq!(&r[..], &[StatusCode::MapEnded.value()]);
 
     // Unregister: the data is gone.
-    let r = lm
-        .master
-        .ask(
-            endpoint::MASTER,
-            TransportMessage::new(
-                MessageType::UnregisterShuffle,
-                &PbUnregisterShuffle {
-                    app_id: app.into(),
-                    shuffle_id: shuffle,
-                    ..Default::default()
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    assert_eq!(decode::<PbUnregisterShuffleResponse>(&r).unwrap().status, 0);
+    lm.unregister_shuffle(shuffle).await;
     assert_eq!(env.store.status().tiers.disk, 0);
 }
 
@@ -1122,21 +1126,6 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     }
 
     // Unregistering the shuffle removes its data.
-    let r = lm
-        .master
-        .ask(
-            endpoint::MASTER,
-            TransportMessage::new(
-                MessageType::UnregisterShuffle,
-                &PbUnregisterShuffle {
-                    app_id: app.into(),
-                    shuffle_id: shuffle,
-                    ..Default::default()
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    assert_eq!(decode::<PbUnregisterShuffleResponse>(&r).unwrap().status, 0);
+    lm.unregister_shuffle(shuffle).await;
     assert_eq!(env.store.status().tiers.disk, 0);
 }

@@ -256,16 +256,8 @@ pub fn split_records(mut bytes: Bytes) -> Result<Vec<Bytes>, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::map_partition::test_record as record;
     use super::*;
-
-    fn record(sub: i32, payload: &[u8]) -> Vec<u8> {
-        let mut v = Vec::new();
-        for word in [sub, 1, 2, payload.len() as i32] {
-            v.extend_from_slice(&word.to_be_bytes());
-        }
-        v.extend_from_slice(payload);
-        v
-    }
 
     #[test]
     fn stored_bytes_split_into_records() {

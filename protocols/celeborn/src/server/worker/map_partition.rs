@@ -207,18 +207,21 @@ impl MapPartition {
     }
 }
 
+/// A Flink record as the client pushes it (tests).
+#[cfg(test)]
+pub(crate) fn test_record(sub: i32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for word in [sub, 1, 2, payload.len() as i32] {
+        v.extend_from_slice(&word.to_be_bytes());
+    }
+    v.extend_from_slice(payload);
+    v
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_record as record;
     use super::*;
-
-    fn record(sub: i32, payload: &[u8]) -> Vec<u8> {
-        let mut v = Vec::new();
-        for word in [sub, 0, 0, payload.len() as i32] {
-            v.extend_from_slice(&word.to_be_bytes());
-        }
-        v.extend_from_slice(payload);
-        v
-    }
 
     fn stored(seq: i64, sub: i64) -> IndexRecord {
         IndexRecord {
@@ -238,8 +241,8 @@ mod tests {
             FlinkHeader::parse(&r),
             Some(FlinkHeader {
                 sub_partition: 7,
-                attempt: 0,
-                batch: 0,
+                attempt: 1,
+                batch: 2,
                 len: 3
             })
         );

@@ -24,10 +24,17 @@ use crate::frame::{Message, Mode, PushData};
 use crate::proto::{MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart};
 use crate::server::conn::{Handler, Replier};
 use crate::status::StatusCode;
-use crate::transport_message::DataPlaneBody;
+use crate::transport_message::{DataPlaneBody, TransportMessage};
 
 /// A map-partition control request, from its TransportMessage (0.3+) or
 /// legacy frame form.
+struct MapRequest {
+    shuffle_key: String,
+    unique_id: String,
+    replica: bool,
+    control: MapControl,
+}
+
 enum MapControl {
     HandShake {
         num_partitions: i32,
@@ -38,6 +45,92 @@ enum MapControl {
         broadcast: bool,
     },
     RegionFinish,
+}
+
+impl MapRequest {
+    fn from_transport(tm: &TransportMessage) -> Result<MapRequest, String> {
+        let request = |shuffle_key, unique_id, mode: i32, control| MapRequest {
+            shuffle_key,
+            unique_id,
+            replica: mode == Mode::Replica as i32,
+            control,
+        };
+        let bad = |e: prost::DecodeError| e.to_string();
+        Ok(match tm.kind() {
+            Some(MessageType::PushDataHandShake) => {
+                let r: PbPushDataHandShake = tm.decode_payload().map_err(bad)?;
+                let control = MapControl::HandShake {
+                    num_partitions: r.num_partitions,
+                    buffer_size: r.buffer_size,
+                };
+                request(r.shuffle_key, r.partition_unique_id, r.mode, control)
+            }
+            Some(MessageType::RegionStart) => {
+                let r: PbRegionStart = tm.decode_payload().map_err(bad)?;
+                let control = MapControl::RegionStart {
+                    index: r.current_region_index,
+                    broadcast: r.is_broadcast,
+                };
+                request(r.shuffle_key, r.partition_unique_id, r.mode, control)
+            }
+            Some(MessageType::RegionFinish) => {
+                let r: PbRegionFinish = tm.decode_payload().map_err(bad)?;
+                request(
+                    r.shuffle_key,
+                    r.partition_unique_id,
+                    r.mode,
+                    MapControl::RegionFinish,
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "the push port does not handle message type {}",
+                    tm.message_type
+                ))
+            }
+        })
+    }
+
+    fn from_legacy(m: Message) -> Result<MapRequest, String> {
+        let (shuffle_key, unique_id, mode, control) = match m {
+            Message::PushDataHandShake(h) => (
+                h.shuffle_key,
+                h.partition_unique_id,
+                h.mode,
+                MapControl::HandShake {
+                    num_partitions: h.num_partitions,
+                    buffer_size: h.buffer_size,
+                },
+            ),
+            Message::RegionStart(r) => (
+                r.shuffle_key,
+                r.partition_unique_id,
+                r.mode,
+                MapControl::RegionStart {
+                    index: r.current_region_index,
+                    broadcast: r.is_broadcast,
+                },
+            ),
+            Message::RegionFinish(r) => (
+                r.shuffle_key,
+                r.partition_unique_id,
+                r.mode,
+                MapControl::RegionFinish,
+            ),
+            other => {
+                return Err(format!(
+                    "legacy request {:?} is not supported",
+                    other.message_type()
+                ))
+            }
+        };
+        Ok(MapRequest {
+            shuffle_key,
+            unique_id,
+            replica: mode == Mode::Replica,
+            control,
+        })
+    }
 }
 
 /// Above this a SOFT split becomes HARD (`celeborn.worker.shuffle.partitionSplit.max`).
@@ -269,60 +362,11 @@ impl Handler for PushPort {
             }
             Message::RpcRequest { request_id, body } => {
                 let reply = match DataPlaneBody::decode(body) {
-                    Ok(DataPlaneBody::Transport(tm)) => match tm.kind() {
-                        Some(MessageType::PushDataHandShake) => tm
-                            .decode_payload::<PbPushDataHandShake>()
-                            .map_err(|e| e.to_string())
-                            .map(|r| {
-                                (
-                                    r.shuffle_key,
-                                    r.partition_unique_id,
-                                    r.mode == 1,
-                                    MapControl::HandShake {
-                                        num_partitions: r.num_partitions,
-                                        buffer_size: r.buffer_size,
-                                    },
-                                )
-                            }),
-                        Some(MessageType::RegionStart) => tm
-                            .decode_payload::<PbRegionStart>()
-                            .map_err(|e| e.to_string())
-                            .map(|r| {
-                                (
-                                    r.shuffle_key,
-                                    r.partition_unique_id,
-                                    r.mode == 1,
-                                    MapControl::RegionStart {
-                                        index: r.current_region_index,
-                                        broadcast: r.is_broadcast,
-                                    },
-                                )
-                            }),
-                        Some(MessageType::RegionFinish) => tm
-                            .decode_payload::<PbRegionFinish>()
-                            .map_err(|e| e.to_string())
-                            .map(|r| {
-                                (
-                                    r.shuffle_key,
-                                    r.partition_unique_id,
-                                    r.mode == 1,
-                                    MapControl::RegionFinish,
-                                )
-                            }),
-                        _ => Err(format!(
-                            "the {} port does not handle message type {}",
-                            self.port, tm.message_type
-                        )),
-                    },
-                    Ok(DataPlaneBody::Legacy(m)) => legacy_control(m),
+                    Ok(DataPlaneBody::Transport(tm)) => MapRequest::from_transport(&tm),
+                    Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
                     Err(e) => Err(format!("cannot decode the request: {e}")),
-                };
-                let reply = match reply {
-                    Ok((shuffle_key, uid, replica, control)) => {
-                        self.map_control(&shuffle_key, &uid, replica, control)
-                    }
-                    Err(e) => Err(e),
-                };
+                }
+                .and_then(|r| self.map_control(r));
                 send_map(&replier, request_id, reply).await;
             }
             other => {
@@ -384,41 +428,6 @@ pub fn merged_split_reply(statuses: &[(i32, StatusCode)]) -> Vec<u8> {
     out
 }
 
-/// (shuffle key, unique id, replica, request) of a legacy map-partition frame
-/// carried in an RpcRequest body.
-fn legacy_control(m: Message) -> Result<(String, String, bool, MapControl), String> {
-    match m {
-        Message::PushDataHandShake(h) => Ok((
-            h.shuffle_key,
-            h.partition_unique_id,
-            h.mode == Mode::Replica,
-            MapControl::HandShake {
-                num_partitions: h.num_partitions,
-                buffer_size: h.buffer_size,
-            },
-        )),
-        Message::RegionStart(r) => Ok((
-            r.shuffle_key,
-            r.partition_unique_id,
-            r.mode == Mode::Replica,
-            MapControl::RegionStart {
-                index: r.current_region_index,
-                broadcast: r.is_broadcast,
-            },
-        )),
-        Message::RegionFinish(r) => Ok((
-            r.shuffle_key,
-            r.partition_unique_id,
-            r.mode == Mode::Replica,
-            MapControl::RegionFinish,
-        )),
-        other => Err(format!(
-            "legacy request {:?} is not supported",
-            other.message_type()
-        )),
-    }
-}
-
 impl PushPort {
     /// The map location a request names, or the reply for a missing one.
     fn map_location(
@@ -449,16 +458,11 @@ impl PushPort {
     /// Handshake, region start or region finish of a map partition. An empty
     /// reply means done (a map partition never splits here: huge ones go to
     /// the cold tier instead).
-    fn map_control(
-        &self,
-        shuffle_key: &str,
-        uid: &str,
-        replica: bool,
-        control: MapControl,
-    ) -> Result<Vec<u8>, String> {
-        let loc = self.map_location(shuffle_key, uid, replica)?;
+    fn map_control(&self, r: MapRequest) -> Result<Vec<u8>, String> {
+        let (shuffle_key, uid) = (&r.shuffle_key, &r.unique_id);
+        let loc = self.map_location(shuffle_key, uid, r.replica)?;
         let mut map = loc.map.lock();
-        match control {
+        match r.control {
             MapControl::HandShake {
                 num_partitions,
                 buffer_size,
