@@ -388,12 +388,29 @@ public final class Jobs {
    */
   public static List<PartitionDigest> largeShuffle(SparkSession spark, long records) {
     final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
+    return digestShuffle(
+        spark,
+        "large job",
+        records,
+        p -> new RecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap))));
+  }
+
+  /**
+   * {@code LARGE_MAPS} map tasks of records from {@code generator}, hash-partitioned into
+   * {@code LARGE_PARTITIONS}; (count, sum of hashes) per output partition, checked to add up to
+   * {@code records}.
+   */
+  private static List<PartitionDigest> digestShuffle(
+      SparkSession spark,
+      String name,
+      long records,
+      org.apache.spark.api.java.function.PairFlatMapFunction<Integer, Long, byte[]> generator) {
     // (partition, count, hashSum); Spark's Kryo (4.x) cannot serialize Java records, so the
     // record type is only built on the driver.
     List<Tuple3<Integer, Long, Long>> parts =
         jsc(spark)
             .parallelize(range(LARGE_MAPS), LARGE_MAPS)
-            .flatMapToPair(p -> new RecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap))))
+            .flatMapToPair(generator)
             .partitionBy(new HashPartitioner(LARGE_PARTITIONS))
             .mapPartitionsWithIndex(
                 (idx, it) -> {
@@ -418,7 +435,7 @@ public final class Jobs {
       total += parts.get(i)._2();
     }
     if (total != records) {
-      throw new AssertionError("large job: " + total + " records after the shuffle, " + records + " before");
+      throw new AssertionError(name + ": " + total + " records after the shuffle, " + records + " before");
     }
     return out;
   }
@@ -451,40 +468,11 @@ public final class Jobs {
    */
   public static List<PartitionDigest> skewedShuffle(SparkSession spark, long records, double hotFraction) {
     final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
-    List<Tuple3<Integer, Long, Long>> parts =
-        jsc(spark)
-            .parallelize(range(LARGE_MAPS), LARGE_MAPS)
-            .flatMapToPair(
-                p ->
-                    new SkewedRecordGenerator(
-                        p, Math.max(0, Math.min(perMap, records - p * perMap)), hotFraction))
-            .partitionBy(new HashPartitioner(LARGE_PARTITIONS))
-            .mapPartitionsWithIndex(
-                (idx, it) -> {
-                  long n = 0;
-                  long h = 0;
-                  while (it.hasNext()) {
-                    Tuple2<Long, byte[]> t = it.next();
-                    n++;
-                    h += recordHash(t._1(), t._2());
-                  }
-                  return Collections.singletonList(new Tuple3<>(idx, n, h)).iterator();
-                },
-                true)
-            .collect();
-    List<PartitionDigest> out = new ArrayList<>();
-    long total = 0;
-    for (int i = 0; i < parts.size(); i++) {
-      if (parts.get(i)._1() != i) {
-        throw new AssertionError("partition " + parts.get(i)._1() + " at position " + i);
-      }
-      out.add(new PartitionDigest(parts.get(i)._2(), parts.get(i)._3()));
-      total += parts.get(i)._2();
-    }
-    if (total != records) {
-      throw new AssertionError("skewed job: " + total + " records after the shuffle, " + records + " before");
-    }
-    return out;
+    return digestShuffle(
+        spark,
+        "skewed job",
+        records,
+        p -> new SkewedRecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap)), hotFraction));
   }
 
   /** As {@link RecordGenerator}, with {@link #HOT_KEY} for a share {@code hotFraction} of the records. */
