@@ -18,6 +18,8 @@
 # Arguments are passed to mvn, e.g.
 #   ./run-cold-tier.sh -Dswitchyard.cold.records=2000000
 #
+# Then runs the storage crate's HDFS test (storage/tests/hdfs.rs) against a MiniDFS of its own.
+#
 # Exits 1 if the tests fail, 2 if a binary is missing. Log: integration/target/matrix/cold-tier.log.
 set -u -o pipefail
 
@@ -72,4 +74,46 @@ if [ $rc -ne 0 ] || ! grep -qE 'Tests run: [1-9]' "$log"; then
   verdict=FAIL
 fi
 printf '    %s  %-40s %4ds  %s\n' "$verdict" "cold-tier-s3+hdfs" "$secs" "$tests"
-[ "$verdict" = PASS ] || exit 1
+
+# The storage crate's own HDFS test (storage/tests/hdfs.rs: huge partitions on HDFS, reads
+# across tiers, removal) against the same MiniDFS, which the run above built.
+echo "=== storage/tests/hdfs.rs against MiniDFS"
+hdfs_verdict=FAIL
+mdfs_dir=$(mktemp -d)
+cp_file=$here/minidfs/target/classpath.txt
+mdfs_jar=$(ls "$here"/minidfs/target/switchyard-minidfs-*.jar 2>/dev/null | head -1)
+if [ -f "$cp_file" ] && [ -n "$mdfs_jar" ]; then
+  # MiniDFS runs until its stdin (a FIFO this shell holds open) closes, or until killed;
+  # so it also stops if this script dies.
+  mkfifo "$mdfs_dir/stdin"
+  java -Xmx768m --add-opens=java.base/java.lang=ALL-UNNAMED \
+    -cp "$mdfs_jar:$(cat "$cp_file")" dev.switchyard.minidfs.MiniDfsMain \
+    "$mdfs_dir/base" "$mdfs_dir/info" <"$mdfs_dir/stdin" >"$outdir/minidfs-rust.log" 2>&1 &
+  mdfs_pid=$!
+  exec {mdfs_stdin}>"$mdfs_dir/stdin"
+  for _ in $(seq 1 120); do
+    [ -f "$mdfs_dir/info" ] && break
+    kill -0 $mdfs_pid 2>/dev/null || break
+    sleep 0.5
+  done
+  name_node=$(sed -n 's/^name_node=//p' "$mdfs_dir/info" 2>/dev/null)
+  if [ -n "$name_node" ]; then
+    echo "    MiniDFS at $name_node"
+    if (cd "$root" && SWITCHYARD_TEST_HDFS="$name_node" cargo test -q -p switchyard-storage --test hdfs) \
+      >"$outdir/hdfs-rust.log" 2>&1 && ! grep -q SKIPPED "$outdir/hdfs-rust.log"; then
+      hdfs_verdict=PASS
+    fi
+    grep -E '^test |test result' "$outdir/hdfs-rust.log" | sed 's/^/    /'
+  else
+    echo "    MiniDFS did not start: see $outdir/minidfs-rust.log"
+  fi
+  exec {mdfs_stdin}>&-
+  kill $mdfs_pid 2>/dev/null
+  wait $mdfs_pid 2>/dev/null
+else
+  echo "    integration/minidfs is not built (the cold profile builds it)"
+fi
+rm -rf "$mdfs_dir"
+printf '    %s  %-40s\n' "$hdfs_verdict" "storage-hdfs-rust"
+
+[ "$verdict" = PASS ] && [ "$hdfs_verdict" = PASS ] || exit 1
