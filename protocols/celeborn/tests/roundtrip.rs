@@ -22,8 +22,20 @@ struct Env {
 }
 
 async fn start(memory: u64, chunk: u64) -> Env {
+    start_with(memory, chunk, None).await
+}
+
+/// With a cold tier (`fs` in the temp dir) taking partitions past `huge` bytes.
+async fn start_with(memory: u64, chunk: u64, huge: Option<u64>) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut sc = StoreConfig::default();
+    if let Some(huge) = huge {
+        let mut cold = switchyard_storage::ColdConfig::new(switchyard_storage::ColdBackend::Fs {
+            root: dir.path().join("cold"),
+        });
+        cold.huge_partition_threshold = ByteSize::b(huge);
+        sc.cold = Some(cold);
+    }
     sc.memory.capacity = ByteSize::b(memory);
     sc.memory.single_buffer_threshold = ByteSize::b(memory / 8);
     sc.memory.spill_check_interval = Duration::from_millis(20);
@@ -1128,4 +1140,70 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     // Unregistering the shuffle removes its data.
     lm.unregister_shuffle(shuffle).await;
     assert_eq!(env.store.status().tiers.disk, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_tier() {
+    // 1 MiB of memory, partitions past 256 KiB are huge: the map task's data
+    // spills, mostly to the cold tier, and the reader gets it back from there.
+    let env = start_with(1 << 20, 64 << 10, Some(256 << 10)).await;
+    let (app, shuffle, subs) = ("flink-cold-1", 0, 4);
+    let lm = Lm::start_map(&env, app, shuffle, 1).await;
+    let key = format!("{app}-{shuffle}");
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    let hs = PbPushDataHandShake {
+        mode: 0,
+        shuffle_key: key.clone(),
+        partition_unique_id: "0-0".into(),
+        attempt_id: 0,
+        num_partitions: subs,
+        buffer_size: 32 * 1024,
+    };
+    map_rpc(&push, MessageType::PushDataHandShake, &hs)
+        .await
+        .unwrap();
+    let mut regions = Vec::new();
+    for region in 0..20 {
+        let layout = [(0, 20), (1, 30), (2, 10), (3, 40)];
+        regions.push((
+            false,
+            write_region(&push, &key, "0-0", 0, region, false, &layout).await,
+        ));
+    }
+    let c = lm.commit(shuffle, vec!["0-0".into()], 0, 1).await;
+    assert_eq!(c.committed_primary_ids, vec!["0-0".to_string()]);
+    let tiers = env.store.status().tiers;
+    assert!(tiers.cold > tiers.disk, "mostly cold: {tiers:?}");
+
+    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        .await
+        .unwrap();
+    let mut events = fetch.subscribe();
+    for range in [(0, subs - 1), (1, 2), (3, 3)] {
+        let read = credit_read(
+            &fetch,
+            &mut events,
+            &key,
+            "0-0-0",
+            range,
+            2,
+            Granting::Backlog,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert!(read.ended);
+        assert!(
+            read.records == expected_reads(&regions, range.0, range.1),
+            "{range:?}"
+        );
+    }
+    assert!(
+        env.store.status().cold.unwrap().read_bytes > 0,
+        "read from the cold tier"
+    );
+    lm.unregister_shuffle(shuffle).await;
+    assert_eq!(env.store.status().tiers.cold, 0);
 }
