@@ -262,64 +262,54 @@ public class FlinkDriverClient extends ShuffleClientImpl {
   /** FlinkShuffleClientImpl.pushDataHandShake: empty reply = OK; HARD_SPLIT or an IOException = revive. */
   public Optional<PartitionLocation> pushDataHandShake(int shuffleId, int mapId, int attemptId, int numPartitions,
       int bufferSize, PartitionLocation location) throws IOException {
-    final String mapKey = Utils.makeMapKey(shuffleId, mapId, attemptId);
-    final PushState pushState = pushStates.computeIfAbsent(mapKey, s -> new PushState(conf));
-    return retrySendMessage(() -> {
-      String shuffleKey = Utils.makeShuffleKey(appUniqueId, shuffleId);
-      TransportClient client = createClientWaitingInFlightRequest(location, mapKey, pushState);
-      ByteBuffer response;
-      try {
-        response = client.sendRpcSync(
-            new TransportMessage(MessageType.PUSH_DATA_HAND_SHAKE,
-                PbPushDataHandShake.newBuilder()
-                    .setMode(PbPartitionLocation.Mode.forNumber(PRIMARY_MODE))
-                    .setShuffleKey(shuffleKey)
-                    .setPartitionUniqueId(location.getUniqueId())
-                    .setAttemptId(attemptId)
-                    .setNumPartitions(numPartitions)
-                    .setBufferSize(bufferSize)
-                    .build()
-                    .toByteArray())
-                .toByteBuffer(),
-            conf.pushDataTimeoutMs());
-      } catch (IOException e) {
-        FlinkDriver.log("handshake %s map %d attempt %d failed, revive: %s", location.getUniqueId(), mapId,
-            attemptId, e);
-        return revive(shuffleId, mapId, attemptId, location);
-      }
-      if (response.hasRemaining() && response.get() == StatusCode.HARD_SPLIT.getValue()) {
-        return revive(shuffleId, mapId, attemptId, location);
-      }
-      return Optional.empty();
-    });
+    String shuffleKey = Utils.makeShuffleKey(appUniqueId, shuffleId);
+    byte[] payload =
+        PbPushDataHandShake.newBuilder()
+            .setMode(PbPartitionLocation.Mode.forNumber(PRIMARY_MODE))
+            .setShuffleKey(shuffleKey)
+            .setPartitionUniqueId(location.getUniqueId())
+            .setAttemptId(attemptId)
+            .setNumPartitions(numPartitions)
+            .setBufferSize(bufferSize)
+            .build()
+            .toByteArray();
+    return sendOrRevive(shuffleId, mapId, attemptId, location, MessageType.PUSH_DATA_HAND_SHAKE, payload, "handshake");
   }
 
   /** FlinkShuffleClientImpl.regionStart: replied like the handshake. */
   public Optional<PartitionLocation> regionStart(int shuffleId, int mapId, int attemptId, PartitionLocation location,
       int currentRegionIdx, boolean isBroadcast) throws IOException {
+    String shuffleKey = Utils.makeShuffleKey(appUniqueId, shuffleId);
+    byte[] payload =
+        PbRegionStart.newBuilder()
+            .setMode(PbPartitionLocation.Mode.forNumber(PRIMARY_MODE))
+            .setShuffleKey(shuffleKey)
+            .setPartitionUniqueId(location.getUniqueId())
+            .setAttemptId(attemptId)
+            .setCurrentRegionIndex(currentRegionIdx)
+            .setIsBroadcast(isBroadcast)
+            .build()
+            .toByteArray();
+    return sendOrRevive(
+        shuffleId, mapId, attemptId, location, MessageType.REGION_START, payload, "regionStart " + currentRegionIdx);
+  }
+
+  /**
+   * The shared body of pushDataHandShake and regionStart upstream: a synchronous RPC on the
+   * location's push connection, with retries; an IOException or a HARD_SPLIT reply revives.
+   */
+  private Optional<PartitionLocation> sendOrRevive(int shuffleId, int mapId, int attemptId,
+      PartitionLocation location, MessageType type, byte[] payload, String what) throws IOException {
     final String mapKey = Utils.makeMapKey(shuffleId, mapId, attemptId);
     final PushState pushState = pushStates.computeIfAbsent(mapKey, s -> new PushState(conf));
     return retrySendMessage(() -> {
-      String shuffleKey = Utils.makeShuffleKey(appUniqueId, shuffleId);
       TransportClient client = createClientWaitingInFlightRequest(location, mapKey, pushState);
       ByteBuffer response;
       try {
-        response = client.sendRpcSync(
-            new TransportMessage(MessageType.REGION_START,
-                PbRegionStart.newBuilder()
-                    .setMode(PbPartitionLocation.Mode.forNumber(PRIMARY_MODE))
-                    .setShuffleKey(shuffleKey)
-                    .setPartitionUniqueId(location.getUniqueId())
-                    .setAttemptId(attemptId)
-                    .setCurrentRegionIndex(currentRegionIdx)
-                    .setIsBroadcast(isBroadcast)
-                    .build()
-                    .toByteArray())
-                .toByteBuffer(),
-            conf.pushDataTimeoutMs());
+        response = client.sendRpcSync(new TransportMessage(type, payload).toByteBuffer(), conf.pushDataTimeoutMs());
       } catch (IOException e) {
-        FlinkDriver.log("regionStart %s map %d region %d failed, revive: %s", location.getUniqueId(), mapId,
-            currentRegionIdx, e);
+        FlinkDriver.log("%s %s map %d attempt %d failed, revive: %s", what, location.getUniqueId(), mapId,
+            attemptId, e);
         return revive(shuffleId, mapId, attemptId, location);
       }
       if (response.hasRemaining() && response.get() == StatusCode.HARD_SPLIT.getValue()) {

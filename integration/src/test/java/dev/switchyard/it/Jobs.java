@@ -392,7 +392,7 @@ public final class Jobs {
         spark,
         "large job",
         records,
-        p -> new RecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap))));
+        p -> new RecordGenerator(SEED * 43 + p, Math.max(0, Math.min(perMap, records - p * perMap)), 0));
   }
 
   /**
@@ -472,18 +472,35 @@ public final class Jobs {
         spark,
         "skewed job",
         records,
-        p -> new SkewedRecordGenerator(p, Math.max(0, Math.min(perMap, records - p * perMap)), hotFraction));
+        p ->
+            new RecordGenerator(
+                SEED * 47 + p, Math.max(0, Math.min(perMap, records - p * perMap)), hotFraction));
   }
 
-  /** As {@link RecordGenerator}, with {@link #HOT_KEY} for a share {@code hotFraction} of the records. */
-  static final class SkewedRecordGenerator implements Iterator<Tuple2<Long, byte[]>> {
+  static long recordHash(long key, byte[] payload) {
+    long h = key * 0x9E3779B97F4A7C15L + Arrays.hashCode(payload) * 0xC2B2AE3D27D4EB4FL + payload.length;
+    // murmur3 fmix64
+    h ^= h >>> 33;
+    h *= 0xff51afd7ed558ccdL;
+    h ^= h >>> 33;
+    h *= 0xc4ceb9fe1a85ec53L;
+    h ^= h >>> 33;
+    return h;
+  }
+
+  /**
+   * Lazily generates one map task's records, so a task never holds them all: random keys and
+   * 100-byte random payloads from {@code seed}, except that a share {@code hotFraction} of the
+   * records carry {@link #HOT_KEY} (the skewed job).
+   */
+  static final class RecordGenerator implements Iterator<Tuple2<Long, byte[]>> {
     private final SplittableRandom r;
     private final long n;
     private final double hotFraction;
     private long i;
 
-    SkewedRecordGenerator(int partition, long n, double hotFraction) {
-      this.r = new SplittableRandom(SEED * 47 + partition);
+    RecordGenerator(long seed, long n, double hotFraction) {
+      this.r = new SplittableRandom(seed);
       this.n = n;
       this.hotFraction = hotFraction;
     }
@@ -506,52 +523,8 @@ public final class Jobs {
           payload[j + k] = (byte) (v >>> (8 * k));
         }
       }
-      long key = r.nextDouble() < hotFraction ? HOT_KEY : r.nextLong();
+      long key = hotFraction > 0 && r.nextDouble() < hotFraction ? HOT_KEY : r.nextLong();
       return new Tuple2<>(key, payload);
-    }
-  }
-
-  static long recordHash(long key, byte[] payload) {
-    long h = key * 0x9E3779B97F4A7C15L + Arrays.hashCode(payload) * 0xC2B2AE3D27D4EB4FL + payload.length;
-    // murmur3 fmix64
-    h ^= h >>> 33;
-    h *= 0xff51afd7ed558ccdL;
-    h ^= h >>> 33;
-    h *= 0xc4ceb9fe1a85ec53L;
-    h ^= h >>> 33;
-    return h;
-  }
-
-  /** Lazily generates one map task's records, so a task never holds them all. */
-  static final class RecordGenerator implements Iterator<Tuple2<Long, byte[]>> {
-    private final SplittableRandom r;
-    private final long n;
-    private long i;
-
-    RecordGenerator(int partition, long n) {
-      this.r = new SplittableRandom(SEED * 43 + partition);
-      this.n = n;
-    }
-
-    @Override
-    public boolean hasNext() {
-      return i < n;
-    }
-
-    @Override
-    public Tuple2<Long, byte[]> next() {
-      if (i >= n) {
-        throw new NoSuchElementException();
-      }
-      i++;
-      byte[] payload = new byte[LARGE_PAYLOAD];
-      for (int j = 0; j < LARGE_PAYLOAD; j += 8) {
-        long v = r.nextLong();
-        for (int k = 0; k < 8 && j + k < LARGE_PAYLOAD; k++) {
-          payload[j + k] = (byte) (v >>> (8 * k));
-        }
-      }
-      return new Tuple2<>(r.nextLong(), payload);
     }
   }
 }
