@@ -36,6 +36,8 @@ pub enum BenchCommand {
     Celeborn(crate::bench::celeborn::CelebornBenchArgs),
     /// Reads of huge partitions from the cold tier: through the gateway against a direct OpenDAL read.
     Cold(crate::bench::cold::ColdBenchArgs),
+    /// Flink's map partitions and credit-based reads through any Celeborn deployment: write, read, verify.
+    Flink(crate::bench::flink::FlinkBenchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -62,6 +62,7 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
             BenchCommand::Uniffle(args) => bench::uniffle::run(args).await,
             BenchCommand::Celeborn(args) => bench::celeborn::run(args).await,
             BenchCommand::Cold(args) => bench::cold::run(args).await,
+            BenchCommand::Flink(args) => bench::flink::run(args).await,
         }
     })
 }

@@ -43,11 +43,11 @@ pub struct CelebornBenchArgs {
     pub server_pid: Option<u32>,
 }
 
-fn histogram() -> Histogram<u64> {
+pub(super) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
 }
 
-fn worker_addr(unique_id: &str, which: usize) -> anyhow::Result<SocketAddr> {
+pub(super) fn worker_addr(unique_id: &str, which: usize) -> anyhow::Result<SocketAddr> {
     // host:rpc:push:fetch:replicate; the host may itself contain ':'.
     let parts: Vec<&str> = unique_id.rsplitn(5, ':').collect();
     ensure!(parts.len() == 5, "bad worker id {unique_id}");

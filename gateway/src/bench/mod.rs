@@ -3,6 +3,7 @@
 
 pub mod celeborn;
 pub mod cold;
+pub mod flink;
 pub mod report;
 pub mod storage;
 pub mod uniffle;

@@ -43,6 +43,15 @@ struct Pending {
     chunks: HashMap<(i64, i32), oneshot::Sender<Result<Bytes, String>>>,
 }
 
+/// What a credit stream delivered.
+#[derive(Debug, Default)]
+pub struct CreditStreamRead {
+    /// One record per READ_DATA, in order.
+    pub records: Vec<Bytes>,
+    /// Credit granted (initial included).
+    pub granted: i64,
+}
+
 /// Frames the server sends on its own (credit streams: READ_DATA, backlog,
 /// errors, and its BUFFER_STREAM_END RPC requests).
 type Events = Arc<Mutex<Option<mpsc::UnboundedSender<Message>>>>;
@@ -223,6 +232,87 @@ impl Connection {
         }
     }
 
+    /// Reads one credit stream of a map partition (sub-partitions
+    /// `[start, end]`) as the Flink client does: open with `initial_credit`,
+    /// grant as much credit as each backlog announces, until the worker's
+    /// BUFFER_STREAM_END. `events` is this connection's [`Self::subscribe`]
+    /// receiver; one stream at a time per connection.
+    pub async fn read_credit_stream(
+        &self,
+        events: &mut mpsc::UnboundedReceiver<Message>,
+        shuffle_key: &str,
+        file_name: &str,
+        (start, end): (i32, i32),
+        initial_credit: i32,
+    ) -> Result<CreditStreamRead> {
+        let open = TransportMessage::new(
+            MessageType::OpenStream,
+            &PbOpenStream {
+                shuffle_key: shuffle_key.into(),
+                file_name: file_name.into(),
+                start_index: start,
+                end_index: end,
+                initial_credit,
+                read_local_shuffle: false,
+            },
+        );
+        let reply = TransportMessage::from_bytes(self.data_rpc(&open).await?)
+            .map_err(|e| ClientError::BadReply(e.to_string()))?
+            .ok_or_else(|| ClientError::BadReply("empty open reply".into()))?;
+        let stream = decode::<PbStreamHandler>(&reply)?.stream_id;
+        let mut out = CreditStreamRead {
+            records: Vec::new(),
+            granted: initial_credit as i64,
+        };
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(120), events.recv())
+                .await
+                .map_err(|_| ClientError::Timeout)?
+                .ok_or(ClientError::Closed)?;
+            match m {
+                Message::ReadData { stream_id, body } if stream_id == stream => {
+                    if out.records.len() as i64 >= out.granted {
+                        return Err(ClientError::BadReply(
+                            "data beyond the granted credit".into(),
+                        ));
+                    }
+                    out.records.push(body);
+                }
+                Message::BacklogAnnouncement { stream_id, backlog } if stream_id == stream => {
+                    out.granted += backlog as i64;
+                    let grant = TransportMessage::new(
+                        MessageType::ReadAddCredit,
+                        &PbReadAddCredit {
+                            stream_id: stream,
+                            credit: backlog,
+                        },
+                    );
+                    self.data_rpc(&grant).await?;
+                }
+                Message::TransportableError { stream_id, message } if stream_id == stream => {
+                    return Err(ClientError::Failure(message));
+                }
+                Message::RpcRequest { body, .. } => {
+                    let tm = TransportMessage::from_bytes(body)
+                        .map_err(|e| ClientError::BadReply(e.to_string()))?
+                        .ok_or_else(|| ClientError::BadReply("empty request".into()))?;
+                    let end: PbBufferStreamEnd = decode(&tm)?;
+                    if tm.message_type == MessageType::BufferStreamEnd as i32
+                        && end.stream_id == stream
+                    {
+                        return Ok(out);
+                    }
+                }
+                other => {
+                    return Err(ClientError::BadReply(format!(
+                        "unexpected frame {:?}",
+                        other.message_type()
+                    )));
+                }
+            }
+        }
+    }
+
     /// A data-plane RPC (push or fetch port): TransportMessage bytes in, raw reply body out.
     pub async fn data_rpc(&self, message: &TransportMessage) -> Result<Bytes> {
         let id = next_request_id();
@@ -238,18 +328,29 @@ impl Connection {
 
     /// Pushes one batch; the reply body (empty = written, else a status byte).
     pub async fn push(&self, shuffle_key: &str, unique_id: &str, batch: Bytes) -> Result<Bytes> {
+        self.push_queued(shuffle_key, unique_id, batch).await?.await
+    }
+
+    /// Sends one push and returns its reply as a future, so that several can
+    /// be in flight: pushes queued one after another go out in that order.
+    pub async fn push_queued(
+        &self,
+        shuffle_key: &str,
+        unique_id: &str,
+        batch: Bytes,
+    ) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
         let id = next_request_id();
-        self.call(
-            id,
-            Message::PushData(PushData {
-                request_id: id,
-                mode: Mode::Primary,
-                shuffle_key: shuffle_key.into(),
-                partition_unique_id: unique_id.into(),
-                body: batch,
-            }),
-        )
-        .await
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().rpc.insert(id, tx);
+        let frame = Message::PushData(PushData {
+            request_id: id,
+            mode: Mode::Primary,
+            shuffle_key: shuffle_key.into(),
+            partition_unique_id: unique_id.into(),
+            body: batch,
+        });
+        self.tx.send(frame).await.map_err(|_| ClientError::Closed)?;
+        Ok(Self::wait(rx))
     }
 
     /// Pushes several batches of one map to partitions on this worker.
