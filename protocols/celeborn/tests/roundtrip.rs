@@ -770,14 +770,16 @@ async fn write_region(
         .unwrap()
         .is_empty());
     let mut written = Vec::new();
+    let mut replies = Vec::new();
     let mut batch = region * 1000;
     for &(sub, count) in subs {
         for n in 0..count {
             batch += 1;
             let record = flink_record(sub, batch, &flink_payload(map, region, sub, n));
-            // Pipelined like the client's pushes: the order is kept.
-            let r = push.push(key, uid, record.clone()).await.unwrap();
-            assert!(r.is_empty());
+            // All of the region's pushes in flight at once, as the client
+            // pipelines them (the region finish waits for none): the worker
+            // must keep their order.
+            replies.push(push.push_queued(key, uid, record.clone()).await.unwrap());
             written.push((sub, record));
         }
     }
@@ -791,6 +793,9 @@ async fn write_region(
         .await
         .unwrap()
         .is_empty());
+    for r in futures::future::join_all(replies).await {
+        assert!(r.unwrap().is_empty());
+    }
     written
 }
 
