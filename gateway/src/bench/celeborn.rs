@@ -56,6 +56,23 @@ pub(super) fn worker_addr(unique_id: &str, which: usize) -> anyhow::Result<Socke
     Ok(format!("{host}:{port}").parse()?)
 }
 
+/// Ends the benchmark's application on the master, which removes its data.
+pub(super) async fn application_lost(master: &Connection, app: &str) -> anyhow::Result<()> {
+    master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::ApplicationLost,
+                &PbApplicationLost {
+                    app_id: app.to_string(),
+                    ..Default::default()
+                },
+            ),
+        )
+        .await?;
+    Ok(())
+}
+
 pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
     let batch_size = args.batch_size.as_u64() as usize;
     let total_batches = (args.size.as_u64() as usize).div_ceil(batch_size);
@@ -299,18 +316,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         batches == total_batches as u64 && bytes == total,
         "read {batches} batches / {bytes} bytes of {total_batches} / {total}"
     );
-    master
-        .ask(
-            endpoint::MASTER,
-            TransportMessage::new(
-                MessageType::ApplicationLost,
-                &PbApplicationLost {
-                    app_id: app.clone(),
-                    ..Default::default()
-                },
-            ),
-        )
-        .await?;
+    application_lost(&master, &app).await?;
 
     let pl = latency.lock();
     let cl = chunk_latency.lock();
@@ -332,11 +338,6 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         cl.value_at_quantile(0.5) as f64 / 1000.0,
         cl.value_at_quantile(0.99) as f64 / 1000.0
     );
-    if let Some(pid) = args.server_pid {
-        match report::peak_rss_of(pid) {
-            Some(rss) => println!("server peak RSS {:.0} MiB (pid {pid})", report::mib(rss)),
-            None => println!("server peak RSS: pid {pid} not readable"),
-        }
-    }
+    report::print_server_rss(args.server_pid);
     Ok(())
 }

@@ -346,18 +346,7 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
         records == total_records as u64 && bytes == total,
         "read {records} records / {bytes} bytes of {total_records} / {total}"
     );
-    master
-        .ask(
-            endpoint::MASTER,
-            TransportMessage::new(
-                MessageType::ApplicationLost,
-                &PbApplicationLost {
-                    app_id: app.clone(),
-                    ..Default::default()
-                },
-            ),
-        )
-        .await?;
+    super::celeborn::application_lost(&master, &app).await?;
 
     let pl = latency.lock();
     let sl = stream_latency.lock();
@@ -378,12 +367,7 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
         sl.value_at_quantile(0.5) as f64 / 1000.0,
         sl.value_at_quantile(0.99) as f64 / 1000.0
     );
-    if let Some(pid) = args.server_pid {
-        match report::peak_rss_of(pid) {
-            Some(rss) => println!("server peak RSS {:.0} MiB (pid {pid})", report::mib(rss)),
-            None => println!("server peak RSS: pid {pid} not readable"),
-        }
-    }
+    report::print_server_rss(args.server_pid);
     Ok(())
 }
 

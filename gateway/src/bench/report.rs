@@ -37,6 +37,16 @@ pub fn peak_rss_of(pid: u32) -> Option<u64> {
     proc_status_kib(&pid.to_string(), "VmHWM:").map(|k| k * 1024)
 }
 
+/// Prints the peak RSS of the server under test, when its PID was given.
+pub fn print_server_rss(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        match peak_rss_of(pid) {
+            Some(rss) => println!("server peak RSS {:.0} MiB (pid {pid})", mib(rss)),
+            None => println!("server peak RSS: pid {pid} not readable"),
+        }
+    }
+}
+
 /// Asks the kernel to drop clean page-cache pages, so reads hit the device.
 /// Needs root; returns false where it is not allowed.
 pub fn drop_page_cache() -> bool {

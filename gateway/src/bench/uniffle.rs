@@ -254,12 +254,7 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
         rl.value_at_quantile(0.5) as f64 / 1000.0,
         rl.value_at_quantile(0.99) as f64 / 1000.0,
     );
-    if let Some(pid) = args.server_pid {
-        match report::peak_rss_of(pid) {
-            Some(rss) => println!("server peak RSS {:.0} MiB (pid {pid})", report::mib(rss)),
-            None => println!("server peak RSS: pid {pid} not readable"),
-        }
-    }
+    report::print_server_rss(args.server_pid);
     Ok(())
 }
 

@@ -296,12 +296,20 @@ impl Connection {
                     let tm = TransportMessage::from_bytes(body)
                         .map_err(|e| ClientError::BadReply(e.to_string()))?
                         .ok_or_else(|| ClientError::BadReply("empty request".into()))?;
-                    let end: PbBufferStreamEnd = decode(&tm)?;
-                    if tm.message_type == MessageType::BufferStreamEnd as i32
-                        && end.stream_id == stream
-                    {
-                        return Ok(out);
+                    if tm.message_type != MessageType::BufferStreamEnd as i32 {
+                        return Err(ClientError::BadReply(format!(
+                            "request of type {}",
+                            tm.message_type
+                        )));
                     }
+                    let end: PbBufferStreamEnd = decode(&tm)?;
+                    if end.stream_id != stream || end.stream_type != StreamType::CreditStream as i32
+                    {
+                        return Err(ClientError::BadReply(format!(
+                            "{end:?} ends another stream"
+                        )));
+                    }
+                    return Ok(out);
                 }
                 other => {
                     return Err(ClientError::BadReply(format!(

@@ -825,13 +825,6 @@ fn expected_reads(regions: &[(bool, Vec<(i32, Bytes)>)], start: i32, end: i32) -
     out
 }
 
-enum Granting {
-    /// Grant as many credits as each backlog announces.
-    Backlog,
-    /// Never grant beyond the initial credit.
-    Never,
-}
-
 struct CreditRead {
     records: Vec<Bytes>,
     ended: bool,
@@ -841,17 +834,17 @@ struct CreditRead {
 /// A map task's regions as written: (broadcast, [(sub-partition, record)]).
 type Regions = Vec<(bool, Vec<(i32, Bytes)>)>;
 
-/// Opens a credit stream like the Flink client and reads it until its end,
-/// an error, or `quiet` without any frame.
-#[allow(clippy::too_many_arguments)]
-async fn credit_read(
+/// Opens a credit stream and reads it without granting any credit beyond
+/// `initial_credit` (a stalled reader), until its end, an error, or `quiet`
+/// without any frame. Readers that grant credit use the client's
+/// `read_credit_stream`.
+async fn stalled_read(
     fetch: &Connection,
     events: &mut tokio::sync::mpsc::UnboundedReceiver<switchyard_celeborn::frame::Message>,
     key: &str,
     file: &str,
     (start, end): (i32, i32),
     initial_credit: i32,
-    granting: Granting,
     quiet: Duration,
 ) -> Result<CreditRead, String> {
     use switchyard_celeborn::frame::Message as M;
@@ -887,18 +880,6 @@ async fn credit_read(
             M::BacklogAnnouncement { stream_id, backlog } => {
                 assert_eq!(stream_id, stream);
                 assert!(backlog > 0);
-                if let Granting::Backlog = granting {
-                    credit += backlog as i64;
-                    let grant = PbReadAddCredit {
-                        stream_id: stream,
-                        credit: backlog,
-                    };
-                    let r = fetch
-                        .data_rpc(&TransportMessage::new(MessageType::ReadAddCredit, &grant))
-                        .await
-                        .unwrap();
-                    assert!(r.is_empty());
-                }
             }
             M::RpcRequest { body, .. } => {
                 let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
@@ -1027,20 +1008,10 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     for map in 0..maps {
         let file = format!("{map}-0-0");
         for range in [(0, subs - 1), (1, 1), (2, 4), (5, 5), (3, 3)] {
-            let read = credit_read(
-                &fetch,
-                &mut events,
-                &key,
-                &file,
-                range,
-                2,
-                Granting::Backlog,
-                Duration::from_secs(10),
-            )
-            .await
-            .unwrap();
-            assert!(read.ended, "stream end for map {map} {range:?}");
-            assert!(read.error.is_none());
+            let read = fetch
+                .read_credit_stream(&mut events, &key, &file, range, 2)
+                .await
+                .expect("the stream reaches its end");
             let want = expected_reads(&written[map as usize], range.0, range.1);
             assert_eq!(read.records.len(), want.len(), "map {map} {range:?}");
             assert!(read.records == want, "map {map} {range:?}: records differ");
@@ -1048,14 +1019,13 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     }
 
     // Back-pressure: one credit, never more: exactly one record, then silence.
-    let read = credit_read(
+    let read = stalled_read(
         &fetch,
         &mut events,
         &key,
         "1-0-0",
         (0, subs - 1),
         1,
-        Granting::Never,
         Duration::from_millis(1500),
     )
     .await
@@ -1089,14 +1059,13 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
             .await
             .unwrap();
         let mut ev = gone.subscribe();
-        let read = credit_read(
+        let read = stalled_read(
             &gone,
             &mut ev,
             &key,
             "2-0-0",
             (0, subs - 1),
             3,
-            Granting::Never,
             Duration::from_millis(300),
         )
         .await
@@ -1111,19 +1080,10 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let again = credit_read(
-        &fetch,
-        &mut events,
-        &key,
-        "2-0-0",
-        (0, subs - 1),
-        2,
-        Granting::Backlog,
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    assert!(again.ended);
+    let again = fetch
+        .read_credit_stream(&mut events, &key, "2-0-0", (0, subs - 1), 2)
+        .await
+        .expect("the stream reaches its end");
     assert!(again.records == expected_reads(&written[2], 0, subs - 1));
 
     // Bad opens get an RPC failure: unknown file, bad range.
@@ -1187,19 +1147,10 @@ async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_
         .unwrap();
     let mut events = fetch.subscribe();
     for range in [(0, subs - 1), (1, 2), (3, 3)] {
-        let read = credit_read(
-            &fetch,
-            &mut events,
-            &key,
-            "0-0-0",
-            range,
-            2,
-            Granting::Backlog,
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-        assert!(read.ended);
+        let read = fetch
+            .read_credit_stream(&mut events, &key, "0-0-0", range, 2)
+            .await
+            .expect("the stream reaches its end");
         assert!(
             read.records == expected_reads(&regions, range.0, range.1),
             "{range:?}"

@@ -43,7 +43,6 @@ pub struct CreditStream {
     pub id: i64,
     pub key: PartitionKey,
     credit: Semaphore,
-    granted: AtomicI64,
     cancel: CancellationToken,
     last_used: Mutex<Instant>,
 }
@@ -54,7 +53,6 @@ impl CreditStream {
             id,
             key,
             credit: Semaphore::new(0),
-            granted: AtomicI64::new(0),
             cancel: CancellationToken::new(),
             last_used: Mutex::new(Instant::now()),
         });
@@ -67,15 +65,9 @@ impl CreditStream {
         if credit <= 0 || credit > MAX_GRANT {
             return false;
         }
-        self.granted.fetch_add(credit as i64, Ordering::Relaxed);
         self.credit.add_permits(credit as usize);
         self.touch();
         true
-    }
-
-    /// Credit granted so far (initial included).
-    pub fn granted(&self) -> i64 {
-        self.granted.load(Ordering::Relaxed)
     }
 
     pub fn cancel(&self) {
@@ -283,7 +275,6 @@ mod tests {
         assert!(!s.add_credit(0));
         assert!(!s.add_credit(-4));
         assert!(!s.add_credit(MAX_GRANT + 1));
-        assert_eq!(s.granted(), 5);
         assert_eq!(s.credit.available_permits(), 5);
     }
 }

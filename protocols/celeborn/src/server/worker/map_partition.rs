@@ -130,9 +130,8 @@ impl MapPartition {
         Ok(())
     }
 
-    /// Checks one pushed record before it is stored; returns its
-    /// sub-partition.
-    pub fn accept(&mut self, record: &[u8]) -> Result<i32, MapPartitionError> {
+    /// Checks one pushed record before it is stored; returns its header.
+    pub fn accept(&mut self, record: &[u8]) -> Result<FlinkHeader, MapPartitionError> {
         let header = FlinkHeader::parse(record).ok_or(MapPartitionError::ShortRecord)?;
         let actual = record.len() - FLINK_HEADER_LEN;
         if header.len < 0 || header.len as usize != actual {
@@ -154,7 +153,7 @@ impl MapPartition {
             });
         }
         open.current_sub = sub;
-        Ok(sub)
+        Ok(header)
     }
 
     /// Finishes the open region; `next_record` is one past its last record.
@@ -260,9 +259,9 @@ mod tests {
         m.handshake(4, 32768).unwrap();
         assert_eq!(m.accept(&record(0, b"x")), Err(MapPartitionError::NoRegion));
         m.region_start(0, false, 0).unwrap();
-        assert_eq!(m.accept(&record(1, b"x")), Ok(1));
-        assert_eq!(m.accept(&record(1, b"y")), Ok(1));
-        assert_eq!(m.accept(&record(3, b"z")), Ok(3));
+        assert_eq!(m.accept(&record(1, b"x")).map(|h| h.sub_partition), Ok(1));
+        assert_eq!(m.accept(&record(1, b"y")).map(|h| h.sub_partition), Ok(1));
+        assert_eq!(m.accept(&record(3, b"z")).map(|h| h.sub_partition), Ok(3));
         assert_eq!(
             m.accept(&record(2, b"x")),
             Err(MapPartitionError::OutOfOrder {
@@ -286,7 +285,7 @@ mod tests {
         // A new region starts again at sub-partition 0.
         assert_eq!(m.region_finish(3), Some(0));
         m.region_start(1, false, 3).unwrap();
-        assert_eq!(m.accept(&record(0, b"x")), Ok(0));
+        assert_eq!(m.accept(&record(0, b"x")).map(|h| h.sub_partition), Ok(0));
     }
 
     #[test]

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use switchyard_storage::{Block, BlockMeta, StorageError};
 
-use super::map_partition::FlinkHeader;
 use super::state::{Location, ShuffleState, WorkerState};
 use crate::frame::{Message, Mode, PushData};
 use crate::proto::{MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart};
@@ -270,19 +269,15 @@ impl Handler for PushPort {
 
     async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
         match message {
-            Message::PushData(p)
-                if self
-                    .state
-                    .shuffle(&p.shuffle_key)
-                    .is_some_and(|s| s.is_map()) =>
-            {
-                let request_id = p.request_id;
-                let reply = self.push_map(p).await.map(|()| Vec::new());
-                send_map(&replier, request_id, reply).await;
-            }
             Message::PushData(p) => {
                 let replica = p.mode == Mode::Replica;
                 let shuffle = self.state.shuffle(&p.shuffle_key);
+                if let Some(map_shuffle) = shuffle.as_ref().filter(|s| s.is_map()) {
+                    let request_id = p.request_id;
+                    let reply = self.push_map(map_shuffle, p).await.map(|()| Vec::new());
+                    send_map(&replier, request_id, reply).await;
+                    return;
+                }
                 let verdict = judge(shuffle.as_ref(), &p.partition_unique_id, replica, &p.body);
                 let reply = match verdict {
                     Verdict::Write(loc, soft) => match self.append(&loc, p.body).await {
@@ -480,24 +475,23 @@ impl PushPort {
     }
 
     /// Stores one Flink record of a map partition.
-    async fn push_map(&self, p: PushData) -> Result<(), String> {
-        let replica = p.mode == Mode::Replica;
-        let loc = self.map_location(&p.shuffle_key, &p.partition_unique_id, replica)?;
+    async fn push_map(&self, shuffle: &ShuffleState, p: PushData) -> Result<(), String> {
+        let (key, uid) = (&p.shuffle_key, &p.partition_unique_id);
+        let loc = shuffle
+            .location(uid, p.mode == Mode::Replica)
+            .ok_or_else(|| format!("{}: {key}/{uid}", StatusCode::PushDataFailPartitionNotFound))?;
         if loc.committed.load(Ordering::Acquire) {
             return Err(format!(
-                "{}: {}/{} is already committed",
-                StatusCode::PushDataFailPartitionNotFound,
-                p.shuffle_key,
-                p.partition_unique_id
+                "{}: {key}/{uid} is already committed",
+                StatusCode::PushDataFailPartitionNotFound
             ));
         }
-        let sub = loc
+        let header = loc
             .map
             .lock()
             .accept(&p.body)
-            .map_err(|e| format!("{}/{}: {e}", p.shuffle_key, p.partition_unique_id))?;
-        let batch = FlinkHeader::parse(&p.body).map(|h| h.batch).unwrap_or(0);
-        self.append_block(&loc, p.body, sub as i64, batch)
+            .map_err(|e| format!("{key}/{uid}: {e}"))?;
+        self.append_block(&loc, p.body, header.sub_partition as i64, header.batch)
             .await
             .map_err(|code| code.name().to_string())
     }
