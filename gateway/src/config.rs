@@ -23,6 +23,8 @@ pub const ENV_ADMIN_LISTEN: &str = "SWITCHYARD_ADMIN_LISTEN";
 pub const ENV_MEMORY_CAPACITY: &str = "SWITCHYARD_MEMORY_CAPACITY";
 /// `storage.disks.dirs`, comma separated
 pub const ENV_DATA_DIRS: &str = "SWITCHYARD_DATA_DIRS";
+/// `storage.disks.min_free`, e.g. `512MiB`
+pub const ENV_DISK_MIN_FREE: &str = "SWITCHYARD_DISK_MIN_FREE";
 /// `log.level` (a tracing filter); wins over `RUST_LOG`
 pub const ENV_LOG: &str = "SWITCHYARD_LOG";
 /// `log.level` when `SWITCHYARD_LOG` is not set
@@ -138,6 +140,9 @@ impl GatewayConfig {
                 .map(PathBuf::from)
                 .collect();
         }
+        if let Some(v) = get(ENV_DISK_MIN_FREE) {
+            self.storage.disks.min_free = parse_size(ENV_DISK_MIN_FREE, &v)?;
+        }
         if let Some(v) = get(ENV_LOG).or_else(|| get(ENV_RUST_LOG)) {
             self.log.level = v.trim().to_string();
         }
@@ -243,8 +248,9 @@ mod tests {
             read_concurrency = 16
             write_rate_limit = "100 MiB"
             read_rate_limit = "200 MiB"
-            high_watermark = 0.9
-            low_watermark = 0.8
+            min_free = "10 GiB"
+            capacity = "1 TiB"
+            resume_margin = "5 GiB"
             error_cooldown = "1m"
             health_check_interval = "10s"
             sync = true
@@ -282,8 +288,9 @@ mod tests {
         assert_eq!(d.read_concurrency, 16);
         assert_eq!(d.write_rate_limit, Some(ByteSize::mib(100)));
         assert_eq!(d.read_rate_limit, Some(ByteSize::mib(200)));
-        assert_eq!(d.high_watermark, 0.9);
-        assert_eq!(d.low_watermark, 0.8);
+        assert_eq!(d.min_free, ByteSize::gib(10));
+        assert_eq!(d.capacity, Some(ByteSize::tib(1)));
+        assert_eq!(d.resume_margin, ByteSize::gib(5));
         assert_eq!(d.error_cooldown, Duration::from_secs(60));
         assert_eq!(d.health_check_interval, Duration::from_secs(10));
         assert!(d.sync);
@@ -360,6 +367,7 @@ mod tests {
             (ENV_ADMIN_LISTEN, "0.0.0.0:9000"),
             (ENV_MEMORY_CAPACITY, "2GiB"),
             (ENV_DATA_DIRS, "/mnt/a/sy, /mnt/b/sy,"),
+            (ENV_DISK_MIN_FREE, "512MiB"),
             (ENV_LOG, "warn,switchyard=debug"),
             (ENV_RUST_LOG, "trace"),
             (ENV_LOG_FORMAT, "JSON"),
@@ -371,6 +379,7 @@ mod tests {
             c.storage.disks.dirs,
             vec![PathBuf::from("/mnt/a/sy"), PathBuf::from("/mnt/b/sy")]
         );
+        assert_eq!(c.storage.disks.min_free, ByteSize::mib(512));
         assert_eq!(c.log.level, "warn,switchyard=debug");
         assert_eq!(c.log.format, LogFormat::Json);
     }

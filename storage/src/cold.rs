@@ -21,6 +21,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use opendal::layers::{ConcurrentLimitLayer, MetricsLayer, RetryLayer, TimeoutLayer};
@@ -61,6 +62,20 @@ struct ReadCache {
     window: u64,
     /// Reads longer than this bypass the cache (they would only evict it).
     max_cached_read: u64,
+    /// Objects (and `dir/` prefixes) deleted in the last minutes. A fetch
+    /// that raced a delete (a read-ahead still in flight) inserts its window
+    /// after the delete's invalidation; it checks here and drops it again.
+    tombstones: moka::future::Cache<Arc<str>, ()>,
+}
+
+impl ReadCache {
+    fn is_deleted(&self, path: &str) -> bool {
+        self.tombstones.contains_key(path)
+            || self
+                .tombstones
+                .iter()
+                .any(|(k, _)| k.ends_with('/') && path.starts_with(&**k))
+    }
 }
 
 pub(crate) struct ColdTier {
@@ -166,6 +181,10 @@ impl ColdTier {
                 .build(),
             window,
             max_cached_read: config.read_cache.as_u64() / 4,
+            tombstones: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(600))
+                .build(),
         });
         Ok(Arc::new(ColdTier {
             op,
@@ -352,11 +371,15 @@ impl ColdTier {
         let start = w * cache.window;
         let len = cache.window.min(object_len - start);
         let load = self.fetch(&key.0, start, len);
-        cache
+        let buf = cache
             .windows
             .try_get_with(key.clone(), load)
             .await
-            .map_err(|e: Arc<StorageError>| crate::store::clone_error(&e))
+            .map_err(|e: Arc<StorageError>| crate::store::clone_error(&e))?;
+        if cache.is_deleted(&key.0) {
+            cache.windows.invalidate(&key).await;
+        }
+        Ok(buf)
     }
 
     /// Empties the read cache (benchmarks start each run cold).
@@ -376,6 +399,7 @@ impl ColdTier {
     pub(crate) async fn delete(&self, path: &str, len: u64) -> Result<()> {
         if let Some(cache) = &self.cache {
             let p: Arc<str> = Arc::from(path);
+            cache.tombstones.insert(p.clone(), ()).await;
             for w in 0..len.div_ceil(cache.window) {
                 cache.windows.invalidate(&(p.clone(), w)).await;
             }
@@ -389,6 +413,7 @@ impl ColdTier {
         if let Some(cache) = &self.cache {
             // Windows a read-ahead may have brought in after their segment's
             // own delete.
+            cache.tombstones.insert(Arc::from(path.as_str()), ()).await;
             let prefix = path.clone();
             let _ = cache
                 .windows

@@ -66,10 +66,19 @@ pub struct DiskConfig {
     pub write_rate_limit: Option<ByteSize>,
     /// Read bandwidth limit per disk, bytes per second; off when absent.
     pub read_rate_limit: Option<ByteSize>,
-    /// A disk whose filesystem is fuller than this fraction takes no new writes...
-    pub high_watermark: f64,
-    /// ...until it falls below this fraction.
-    pub low_watermark: f64,
+    /// A disk whose filesystem has less space available than this (df's
+    /// "Avail") takes no new writes, as Celeborn's
+    /// `celeborn.worker.disk.reserve.size`. An absolute reserve rather than a
+    /// fraction: filesystems with quotas or root reserves report totals that
+    /// say little about what is left. Default 2 GiB.
+    pub min_free: ByteSize,
+    /// Most bytes of shuffle data Switchyard keeps on each disk (Uniffle's
+    /// `rss.server.disk.capacity`, Celeborn's `capacity=` per dir); none by
+    /// default.
+    pub capacity: Option<ByteSize>,
+    /// A full disk takes writes again once it has this much room past
+    /// `min_free` (and below `capacity`), so it does not flap. Default 1 GiB.
+    pub resume_margin: ByteSize,
     /// After an I/O error a disk rests this long, then a probe write decides
     /// whether it takes writes again.
     #[serde(with = "humantime_serde")]
@@ -90,8 +99,9 @@ impl Default for DiskConfig {
             read_concurrency: 8,
             write_rate_limit: None,
             read_rate_limit: None,
-            high_watermark: 0.95,
-            low_watermark: 0.85,
+            min_free: ByteSize::gib(2),
+            capacity: None,
+            resume_margin: ByteSize::gib(1),
             error_cooldown: Duration::from_secs(30),
             health_check_interval: Duration::from_secs(5),
             sync: false,
@@ -321,11 +331,8 @@ impl StoreConfig {
         if d.dirs.is_empty() && self.cold.is_none() {
             return Err("configure at least one disks.dirs entry or a cold tier".into());
         }
-        if !(0.0 < d.low_watermark
-            && d.low_watermark <= d.high_watermark
-            && d.high_watermark <= 1.0)
-        {
-            return Err("disk watermarks need 0 < low_watermark <= high_watermark <= 1".into());
+        if d.capacity.is_some_and(|c| c.as_u64() == 0) {
+            return Err("disks.capacity must be > 0 when set".into());
         }
         if d.write_concurrency == 0 || d.read_concurrency == 0 {
             return Err("disks.write_concurrency and disks.read_concurrency must be > 0".into());

@@ -1,9 +1,9 @@
 //! The local-disk tier: one [`LocalDisk`] per data directory.
 //!
 //! Each disk has its own write and read concurrency limits, optional byte-rate
-//! throttles, and a health state. A disk that fills past its high watermark or
-//! fails an I/O takes no new writes until it recovers; what it already holds
-//! stays readable.
+//! throttles, and a health state. A disk whose free space drops under
+//! `min_free` (or that holds `capacity` bytes), or that fails an I/O, takes no
+//! new writes until it recovers; what it already holds stays readable.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice};
@@ -27,7 +27,7 @@ use crate::throttle::ByteThrottle;
 #[serde(rename_all = "snake_case")]
 pub enum DiskHealth {
     Healthy,
-    /// Past the capacity high watermark.
+    /// Less than `min_free` available, or `capacity` reached.
     Full,
     /// An I/O error; rests until a probe succeeds.
     Faulted,
@@ -55,8 +55,11 @@ impl DiskHealth {
 pub struct DiskStatus {
     pub dir: PathBuf,
     pub health: DiskHealth,
-    /// Fraction of the filesystem in use at the last check.
+    /// Fraction of the filesystem in use at the last check, as df's "Use%":
+    /// used / (used + available).
     pub used_ratio: f64,
+    /// Bytes the filesystem had available at the last check.
+    pub available_bytes: u64,
     /// Bytes of shuffle data this disk holds.
     pub stored_bytes: u64,
     pub written_bytes: u64,
@@ -72,6 +75,7 @@ pub(crate) struct LocalDisk {
     health: AtomicU8,
     faulted_at: Mutex<Option<Instant>>,
     used_ratio_millis: AtomicU64,
+    available_bytes: AtomicU64,
     pub(crate) stored_bytes: AtomicU64,
     written_bytes: AtomicU64,
     read_bytes: AtomicU64,
@@ -99,6 +103,7 @@ impl LocalDisk {
             health: AtomicU8::new(DiskHealth::Healthy.as_u8()),
             faulted_at: Mutex::new(None),
             used_ratio_millis: AtomicU64::new(0),
+            available_bytes: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
@@ -155,6 +160,7 @@ impl LocalDisk {
             dir: self.dir.clone(),
             health: self.health(),
             used_ratio: self.used_ratio_millis.load(Ordering::Relaxed) as f64 / 1e6,
+            available_bytes: self.available_bytes.load(Ordering::Relaxed),
             stored_bytes: self.stored_bytes.load(Ordering::Relaxed),
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
@@ -163,30 +169,48 @@ impl LocalDisk {
         }
     }
 
-    /// Updates the capacity state from the filesystem's own figures.
+    /// Updates the capacity state from the filesystem's own figures and the
+    /// bytes this disk holds. Cheap (one statvfs), so flushes call it too.
     pub(crate) fn check_capacity(&self) {
-        let ratio = match nix::sys::statvfs::statvfs(&self.dir) {
+        let (used, avail) = match nix::sys::statvfs::statvfs(&self.dir) {
             Ok(s) => {
-                let total = s.blocks() as f64 * s.fragment_size() as f64;
-                let avail = s.blocks_available() as f64 * s.fragment_size() as f64;
-                if total > 0.0 {
-                    1.0 - avail / total
-                } else {
-                    0.0
-                }
+                let frag = s.fragment_size();
+                let used = s.blocks().saturating_sub(s.blocks_free()) * frag;
+                (used, s.blocks_available() * frag)
             }
             Err(e) => {
                 tracing::warn!(dir = %self.dir.display(), error = %e, "statvfs failed");
                 return;
             }
         };
+        let ratio = if used + avail > 0 {
+            used as f64 / (used + avail) as f64
+        } else {
+            0.0
+        };
         self.used_ratio_millis
             .store((ratio * 1e6) as u64, Ordering::Relaxed);
+        self.available_bytes.store(avail, Ordering::Relaxed);
+        let stored = self.stored_bytes.load(Ordering::Relaxed);
+        let min_free = self.config.min_free.as_u64();
+        let margin = self.config.resume_margin.as_u64();
+        let capacity = self.config.capacity.map(|c| c.as_u64());
         match self.health() {
-            DiskHealth::Healthy if ratio > self.config.high_watermark => {
+            DiskHealth::Healthy if avail < min_free || capacity.is_some_and(|c| stored >= c) => {
+                tracing::warn!(
+                    dir = %self.dir.display(),
+                    available = %bytesize::ByteSize::b(avail),
+                    min_free = %self.config.min_free,
+                    stored = %bytesize::ByteSize::b(stored),
+                    capacity = ?self.config.capacity,
+                    "disk is full for shuffle data"
+                );
                 self.set_health(DiskHealth::Full)
             }
-            DiskHealth::Full if ratio < self.config.low_watermark => {
+            DiskHealth::Full
+                if avail >= min_free.saturating_add(margin)
+                    && capacity.is_none_or(|c| stored.saturating_add(margin) <= c) =>
+            {
                 self.set_health(DiskHealth::Healthy)
             }
             _ => {}

@@ -254,6 +254,9 @@ impl Store {
                     return Err(StorageError::io(data, e));
                 }
                 d.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
+                // A fast writer must not run far past min_free or capacity
+                // between the periodic checks.
+                d.check_capacity();
             }
             SegmentLocation::Cold {
                 data,

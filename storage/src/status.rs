@@ -164,6 +164,8 @@ impl Store {
                 },
             );
             metrics::gauge!("switchyard_disk_used_ratio", "dir" => dir.clone()).set(s.used_ratio);
+            metrics::gauge!("switchyard_disk_available_bytes", "dir" => dir.clone())
+                .set(s.available_bytes as f64);
             metrics::gauge!("switchyard_disk_stored_bytes", "dir" => dir)
                 .set(s.stored_bytes as f64);
         }

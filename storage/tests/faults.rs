@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytesize::ByteSize;
 use common::*;
 use switchyard_storage::fault::DiskFaults;
 use switchyard_storage::{DiskHealth, PartitionKey, Store};
@@ -201,9 +202,8 @@ async fn enospc_on_every_disk_pushes_back_without_losing_acknowledged_blocks() {
 async fn full_disks_send_spills_to_the_cold_tier() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = with_cold(config(dir.path(), 2, 1 << 20), dir.path(), 1 << 40);
-    // Any real filesystem is fuller than this: both disks start Full.
-    c.disks.high_watermark = 1e-9;
-    c.disks.low_watermark = 1e-9;
+    // No filesystem has this much free: both disks start Full.
+    c.disks.min_free = ByteSize::b(u64::MAX);
     let store = Store::open(c).await.unwrap();
     assert!(store
         .status()
@@ -234,6 +234,38 @@ async fn full_disks_send_spills_to_the_cold_tier() {
     );
     store.remove_app("a").await.unwrap();
     assert!(walk_files(&dir.path().join("cold")).is_empty());
+}
+
+#[tokio::test]
+async fn a_disk_at_its_capacity_sends_spills_cold_until_data_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = with_cold(config(dir.path(), 1, 1 << 20), dir.path(), 1 << 40);
+    c.disks.capacity = Some(ByteSize::b(4_000));
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    store.register_app("b");
+    let (ka, kb) = (PartitionKey::new("a", 0, 0), PartitionKey::new("b", 0, 0));
+    let blocks: Vec<_> = (0..10).map(|i| block(i, 0, 1000)).collect();
+    // The first flush may run past capacity (it was under when placed)...
+    store.append(&ka, blocks[..5].to_vec(), None).await.unwrap();
+    store.flush_shuffle("a", 0).await.unwrap();
+    assert_eq!(store.status().disks[0].health, DiskHealth::Full);
+    // ...the next goes to the cold tier.
+    store.append(&ka, blocks[5..].to_vec(), None).await.unwrap();
+    store.flush_shuffle("a", 0).await.unwrap();
+    let stats = store.partition_stats(&ka).unwrap();
+    assert_eq!((stats.disk_bytes, stats.cold_bytes), (5_000, 5_000));
+    assert_same(&read_all(&store, &ka).await, &blocks);
+    // Removing the app frees the disk; the health check lets it write again.
+    store.remove_app("a").await.unwrap();
+    wait_until("disk healthy after removal", || {
+        store.status().disks[0].health == DiskHealth::Healthy
+    })
+    .await;
+    store.append(&kb, blocks[..2].to_vec(), None).await.unwrap();
+    store.flush_shuffle("b", 0).await.unwrap();
+    let stats = store.partition_stats(&kb).unwrap();
+    assert_eq!((stats.disk_bytes, stats.cold_bytes), (2_000, 0));
 }
 
 #[tokio::test]

@@ -74,8 +74,8 @@ async fn huge_partitions_and_spills_from_full_disks_go_to_hdfs() {
     // Every disk full: spills go to HDFS; removal deletes them.
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path(), 2, 1 << 20);
-    c.disks.high_watermark = 1e-9;
-    c.disks.low_watermark = 1e-9;
+    // No filesystem has this much free: the disk starts Full.
+    c.disks.min_free = ByteSize::b(u64::MAX);
     c.cold = Some(hdfs_cold(nn, 1 << 40));
     let store = Store::open(c).await.unwrap();
     store.register_app("b");

@@ -40,6 +40,8 @@ async fn start_with(memory: u64, chunk: u64, huge: Option<u64>) -> Env {
     sc.memory.single_buffer_threshold = ByteSize::b(memory / 8);
     sc.memory.spill_check_interval = Duration::from_millis(20);
     sc.disks.dirs = vec![dir.path().join("d0")];
+    // Independent of the free space of the machine running the tests.
+    sc.disks.min_free = ByteSize::b(0);
     let store = Store::open(sc).await.unwrap();
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let cc = CelebornConfig {

@@ -159,6 +159,9 @@ public final class SwitchyardProcess implements AutoCloseable {
         + memoryExtra
         + "[storage.disks]\n"
         + "dirs = [\"" + tomlEscape(dataDir.toString()) + "\"]\n"
+        // CI disks may have less free than the 2 GiB default reserve; a truly
+        // full one shows up as ENOSPC.
+        + "min_free = \"64MiB\"\n"
         + extraToml;
   }
 
