@@ -2,6 +2,8 @@
 
 use std::io;
 
+use switchyard_frame::WireError;
+
 use super::message::MessageType;
 
 /// Why a frame (or a message encoded without a frame header) could not be decoded or
@@ -12,35 +14,9 @@ use super::message::MessageType;
 /// the stream is still aligned on the next frame.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    /// Reading from or writing to the transport failed.
-    #[error("i/o error: {0}")]
-    Io(#[from] io::Error),
-
-    /// A length or element count on the wire was negative.
-    #[error("negative {field}: {value}")]
-    NegativeLength {
-        /// What the length belongs to.
-        field: &'static str,
-        /// The value read.
-        value: i32,
-    },
-
-    /// The header announces a frame larger than the configured limit.
-    #[error("frame of {size} bytes exceeds the limit of {max} bytes")]
-    FrameTooLarge {
-        /// Message part + body length from the header.
-        size: u64,
-        /// The codec's limit.
-        max: usize,
-    },
-
-    /// The header announces a frame of zero bytes (Java rejects those too).
-    #[error("frame header announces an empty frame")]
-    EmptyFrame,
-
-    /// The type byte is not a Celeborn `Message.Type`.
-    #[error("unknown message type {0}")]
-    UnknownMessageType(u8),
+    /// A header, length, count or string on the wire (the layer both protocols share).
+    #[error(transparent)]
+    Wire(#[from] WireError),
 
     /// The id exists upstream but never travels as a raw frame (Java's own decoder rejects
     /// it too): its content is sent as a protobuf inside an RpcRequest.
@@ -50,25 +26,6 @@ pub enum FrameError {
         id: u8,
         /// Its upstream name.
         name: &'static str,
-    },
-
-    /// The message part ended before `field` could be read.
-    #[error("message truncated while reading {field}")]
-    Truncated {
-        /// The field being read.
-        field: &'static str,
-    },
-
-    /// An element count cannot fit into the bytes that are left; rejected before anything
-    /// is allocated for it.
-    #[error("{field} count {count} cannot fit in the {remaining} bytes left")]
-    CountTooLarge {
-        /// What is being counted.
-        field: &'static str,
-        /// The count read.
-        count: i32,
-        /// Bytes left.
-        remaining: usize,
     },
 
     /// The message part is longer than the fields of its type.
@@ -87,13 +44,6 @@ pub enum FrameError {
         message: MessageType,
         /// The body length from the header.
         len: usize,
-    },
-
-    /// A string was not valid UTF-8.
-    #[error("{field} is not valid UTF-8")]
-    InvalidUtf8 {
-        /// The field.
-        field: &'static str,
     },
 
     /// The partition mode byte is neither 0 (primary) nor 1 (replica).
@@ -122,16 +72,6 @@ pub enum FrameError {
         body_len: usize,
     },
 
-    /// A value does not fit the wire's signed 32-bit lengths, or the frame would exceed
-    /// what the Java decoder accepts (< 2^31 - 1 bytes).
-    #[error("{what} of {len} bytes is too large to encode")]
-    TooLargeToEncode {
-        /// What was too large.
-        what: &'static str,
-        /// Its size.
-        len: usize,
-    },
-
     /// A legacy RpcRequest body named a type that has a body of its own or cannot be
     /// carried that way.
     #[error("message type {0} cannot be carried inside an RpcRequest body")]
@@ -140,4 +80,10 @@ pub enum FrameError {
     /// A data-plane TransportMessage could not be decoded.
     #[error("bad TransportMessage: {0}")]
     BadTransportMessage(&'static str),
+}
+
+impl From<io::Error> for FrameError {
+    fn from(e: io::Error) -> Self {
+        FrameError::Wire(WireError::Io(e))
+    }
 }

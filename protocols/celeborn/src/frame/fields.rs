@@ -7,8 +7,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::FrameError;
-use super::wire::{put_bytes, put_string, Reader};
 use crate::proto::PbStreamChunkSlice;
+use switchyard_frame::{put_bytes, put_string, FieldReader as Reader};
 
 /// `StreamChunkSlice`: which part of which chunk a fetch asks for. The client matches
 /// replies on all four fields, so a server must echo the slice unchanged.
@@ -127,7 +127,11 @@ impl PushData {
         dst.put_i64(self.request_id);
         dst.put_u8(self.mode as u8);
         put_string(dst, &self.shuffle_key, "shuffleKey")?;
-        put_string(dst, &self.partition_unique_id, "partitionUniqueId")
+        Ok(put_string(
+            dst,
+            &self.partition_unique_id,
+            "partitionUniqueId",
+        )?)
     }
 }
 
@@ -179,14 +183,14 @@ impl PushMergedData {
         dst.put_i64(self.request_id);
         dst.put_u8(self.mode as u8);
         put_string(dst, &self.shuffle_key, "shuffleKey")?;
-        dst.put_i32(super::wire::wire_len(
+        dst.put_i32(switchyard_frame::wire_len(
             self.partition_unique_ids.len(),
             "partitionUniqueIds",
         )?);
         for id in &self.partition_unique_ids {
             put_string(dst, id, "partitionUniqueId")?;
         }
-        dst.put_i32(super::wire::wire_len(
+        dst.put_i32(switchyard_frame::wire_len(
             self.batch_offsets.len(),
             "batchOffsets",
         )?);

@@ -13,7 +13,7 @@ use super::fields::{
     OpenStream, OpenStreamWithCredit, PushData, PushDataHandShake, PushMergedData, RegionFinish,
     RegionStart, StreamChunkSlice,
 };
-use super::wire::{put_bytes, put_string, wire_len, Reader};
+use switchyard_frame::{put_bytes, put_string, wire_len, FieldReader as Reader, WireError};
 
 /// The message types that travel as raw frames, with their wire ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,7 +106,7 @@ impl MessageType {
                     name: "NOTIFY_REQUIRED_SEGMENT",
                 })
             }
-            _ => return Err(FrameError::UnknownMessageType(id)),
+            _ => return Err(WireError::UnknownMessageType(id).into()),
         })
     }
 

@@ -4,7 +4,11 @@
 //! - [`codec`]: the 9-byte header and the tokio-util [`CelebornCodec`];
 //! - [`message`]: the type ids and the [`Message`] enum, plus the legacy in-body form;
 //! - [`fields`]: the field layouts of the larger messages;
-//! - [`error`]: the typed [`FrameError`].
+//! - [`error`]: the typed [`FrameError`], which carries the shared frame layer's
+//!   `switchyard_frame::WireError`.
+//!
+//! The header and the primitive field encoding are the `switchyard-frame` crate's, shared
+//! with the Uniffle Netty data plane (same layout).
 //!
 //! Checked against upstream `common/src/main/java/org/apache/celeborn/common/network/`
 //! (`protocol/*`, `util/TransportFrameDecoder`) at v0.5.1, v0.5.4, v0.6.0 and v0.7.0
@@ -15,7 +19,6 @@ pub mod codec;
 pub mod error;
 pub mod fields;
 pub mod message;
-mod wire;
 
 #[cfg(test)]
 mod tests;

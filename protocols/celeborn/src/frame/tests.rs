@@ -8,6 +8,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
+use switchyard_frame::WireError;
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::*;
@@ -343,35 +344,35 @@ fn header_errors() {
         (hex("FFFFFFFF 04 00000000"), |e| {
             matches!(
                 e,
-                FrameError::NegativeLength {
+                FrameError::Wire(WireError::NegativeLength {
                     field: "message length",
                     value: -1
-                }
+                })
             )
         }),
         (hex("0000000C 04 80000000"), |e| {
             matches!(
                 e,
-                FrameError::NegativeLength {
+                FrameError::Wire(WireError::NegativeLength {
                     field: "body length",
                     ..
-                }
+                })
             )
         }),
         (hex("00000000 16 00000000"), |e| {
-            matches!(e, FrameError::EmptyFrame)
+            matches!(e, FrameError::Wire(WireError::EmptyFrame))
         }),
         (hex("00000001 08 00000000 00"), |e| {
-            matches!(e, FrameError::UnknownMessageType(8))
+            matches!(e, FrameError::Wire(WireError::UnknownMessageType(8)))
         }),
         (hex("00000001 0A 00000000 00"), |e| {
-            matches!(e, FrameError::UnknownMessageType(10))
+            matches!(e, FrameError::Wire(WireError::UnknownMessageType(10)))
         }),
         (hex("00000001 1A 00000000 00"), |e| {
-            matches!(e, FrameError::UnknownMessageType(26))
+            matches!(e, FrameError::Wire(WireError::UnknownMessageType(26)))
         }),
         (hex("00000001 FF 00000000 00"), |e| {
-            matches!(e, FrameError::UnknownMessageType(255))
+            matches!(e, FrameError::Wire(WireError::UnknownMessageType(255)))
         }),
         (hex("00000001 17 00000000 00"), |e| {
             matches!(e, FrameError::UnsupportedMessageType { id: 23, .. })
@@ -393,10 +394,10 @@ fn oversized_frames_are_rejected_from_the_header() {
     let mut src = BytesMut::from(&hex("0000000C 03 00000059")[..]); // 12 + 89 = 101
     assert!(matches!(
         codec.decode(&mut src),
-        Err(FrameError::FrameTooLarge {
+        Err(FrameError::Wire(WireError::FrameTooLarge {
             size: 101,
             max: 100
-        })
+        }))
     ));
     let mut src = BytesMut::from(&hex("0000000C 03 00000058")[..]); // exactly 100: waits
     assert!(CelebornCodec::new(100).decode(&mut src).unwrap().is_none());
@@ -412,7 +413,7 @@ fn malformed_message_parts() {
     let cases: Vec<(Vec<u8>, ErrorCheck)> = vec![
         // RpcRequest whose message part is too short for requestId + bodyLength.
         (frame(3, &hex("0000000000000007"), b""), |e| {
-            matches!(e, FrameError::Truncated { field: "bodyLength" })
+            matches!(e, FrameError::Wire(WireError::Truncated { field: "bodyLength" }))
         }),
         // StreamHandle with a byte too many.
         (frame(7, &hex("000000000000004d 00000004 00"), b""), |e| {
@@ -430,19 +431,19 @@ fn malformed_message_parts() {
         }),
         // PushData whose shuffle key length runs past the message part.
         (frame(11, &hex("000000000000002a 00 00000010 61"), b""), |e| {
-            matches!(e, FrameError::Truncated { field: "shuffleKey" })
+            matches!(e, FrameError::Wire(WireError::Truncated { field: "shuffleKey" }))
         }),
         // Negative string length.
         (frame(5, &hex("0000000000000005 FFFFFFFE"), b""), |e| {
-            matches!(e, FrameError::NegativeLength { field: "errorString", value: -2 })
+            matches!(e, FrameError::Wire(WireError::NegativeLength { field: "errorString", value: -2 }))
         }),
         // Invalid UTF-8.
         (frame(5, &hex("0000000000000005 00000002 C328"), b""), |e| {
-            matches!(e, FrameError::InvalidUtf8 { field: "errorString" })
+            matches!(e, FrameError::Wire(WireError::InvalidUtf8 { field: "errorString" }))
         }),
         // PushMergedData announcing a billion ids in a few bytes.
         (frame(12, &hex("000000000000002b 00 00000001 61 3B9ACA00"), b""), |e| {
-            matches!(e, FrameError::CountTooLarge { field: "partitionUniqueIds", .. })
+            matches!(e, FrameError::Wire(WireError::CountTooLarge { field: "partitionUniqueIds", .. }))
         }),
         // PushMergedData with 1 id but 2 offsets.
         (
@@ -451,7 +452,7 @@ fn malformed_message_parts() {
         ),
         // Negative batch offset count.
         (frame(12, &hex("000000000000002b 00 00000001 61 FFFFFFFF"), b""), |e| {
-            matches!(e, FrameError::NegativeLength { field: "partitionUniqueIds", .. })
+            matches!(e, FrameError::Wire(WireError::NegativeLength { field: "partitionUniqueIds", .. }))
         }),
     ];
     for (bytes, check) in cases {

@@ -17,7 +17,7 @@ use super::responses::{
     GetMemoryShuffleDataResponse, GetMemoryShuffleDataV2Response, GetSortedShuffleDataResponse,
     ResponseHead,
 };
-use super::wire::Reader;
+use switchyard_frame::{FieldReader as Reader, WireError};
 
 /// The message types this codec carries, with their wire ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,7 +75,7 @@ impl MessageType {
             _ => {
                 return Err(match unsupported_type_name(id) {
                     Some(name) => CodecError::UnsupportedMessageType { id, name },
-                    None => CodecError::UnknownMessageType(id),
+                    None => WireError::UnknownMessageType(id).into(),
                 })
             }
         })

@@ -8,7 +8,11 @@
 //! - [`codec`]: the frame header and the tokio-util [`UniffleCodec`];
 //! - [`message`]: the type ids and the [`Message`] enum;
 //! - [`requests`] / [`responses`]: one struct per message type;
-//! - [`error`]: the typed [`CodecError`].
+//! - [`error`]: the typed [`CodecError`], which carries the shared frame layer's
+//!   `switchyard_frame::WireError`.
+//!
+//! The header and the primitive field encoding are the `switchyard-frame` crate's, shared
+//! with Celeborn's transport (same layout).
 //!
 //! Checked against upstream v0.10.0 `common/src/main/java/org/apache/uniffle/common/netty/`
 //! (`MessageEncoder`, `TransportFrameDecoder`, `protocol/*`), which is wire-identical to
@@ -19,7 +23,6 @@ pub mod error;
 pub mod message;
 pub mod requests;
 pub mod responses;
-mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -7,8 +7,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::CodecError;
-use super::wire::{put_count, put_opt_bytes, put_string, Reader};
 use crate::bitmap::{BitmapError, IdBitmap};
+use switchyard_frame::{put_count, put_nullable_bytes, put_string, FieldReader as Reader};
 
 /// A replica server listed with each block of a send request. Client-side bookkeeping:
 /// the Java server parses and ignores it.
@@ -38,8 +38,8 @@ impl ReplicaServer {
 
     fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         Ok(Self {
-            id: r.string("replica server id")?,
-            host: r.string("replica server host")?,
+            id: r.non_null_string("replica server id")?,
+            host: r.non_null_string("replica server host")?,
             grpc_port: r.i32("replica grpcPort")?,
             netty_port: r.i32("replica nettyPort")?,
         })
@@ -83,7 +83,7 @@ impl ShuffleBlock {
         dst.put_i32(self.shuffle_id);
         dst.put_i64(self.crc);
         dst.put_i64(self.task_attempt_id);
-        put_opt_bytes(dst, Some(&self.data), "block data")?;
+        put_nullable_bytes(dst, Some(&self.data), "block data")?;
         put_count(dst, self.replicas.len(), "replica count")?;
         for server in &self.replicas {
             server.encode(dst)?;
@@ -100,7 +100,7 @@ impl ShuffleBlock {
         let shuffle_id = r.i32("block shuffleId")?;
         let crc = r.i64("block crc")?;
         let task_attempt_id = r.i64("block taskAttemptId")?;
-        let data = r.byte_array("block data")?;
+        let data = r.non_null_byte_array("block data")?;
         let replica_count = r.count("replica", ReplicaServer::MIN_ENCODED_LEN)?;
         let replicas = (0..replica_count)
             .map(|_| ReplicaServer::decode(r))
@@ -167,7 +167,7 @@ impl SendShuffleDataRequest {
 
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         let request_id = r.i64("requestId")?;
-        let app_id = r.string("appId")?;
+        let app_id = r.non_null_string("appId")?;
         let shuffle_id = r.i32("shuffleId")?;
         let require_buffer_id = r.i64("requireBufferId")?;
         // partition id + block count
@@ -226,7 +226,7 @@ impl GetLocalShuffleIndexRequest {
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         Ok(Self {
             request_id: r.i64("requestId")?,
-            app_id: r.string("appId")?,
+            app_id: r.non_null_string("appId")?,
             shuffle_id: r.i32("shuffleId")?,
             partition_id: r.i32("partitionId")?,
             partition_num_per_range: r.i32("partitionNumPerRange")?,
@@ -275,7 +275,7 @@ impl GetLocalShuffleDataRequest {
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         Ok(Self {
             request_id: r.i64("requestId")?,
-            app_id: r.string("appId")?,
+            app_id: r.non_null_string("appId")?,
             shuffle_id: r.i32("shuffleId")?,
             partition_id: r.i32("partitionId")?,
             partition_num_per_range: r.i32("partitionNumPerRange")?,
@@ -410,23 +410,24 @@ impl GetMemoryShuffleDataRequest {
         dst.put_i64(self.last_block_id);
         dst.put_i32(self.read_buffer_size);
         dst.put_i64(self.timestamp);
-        put_opt_bytes(
+        put_nullable_bytes(
             dst,
             self.expected_task_ids_bitmap.as_deref(),
             "expected task ids bitmap",
-        )
+        )?;
+        Ok(())
     }
 
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         Ok(Self {
             request_id: r.i64("requestId")?,
-            app_id: r.string("appId")?,
+            app_id: r.non_null_string("appId")?,
             shuffle_id: r.i32("shuffleId")?,
             partition_id: r.i32("partitionId")?,
             last_block_id: r.i64("lastBlockId")?,
             read_buffer_size: r.i32("readBufferSize")?,
             timestamp: r.i64("timestamp")?,
-            expected_task_ids_bitmap: r.opt_byte_array("expected task ids bitmap")?,
+            expected_task_ids_bitmap: r.nullable_byte_array("expected task ids bitmap")?,
         })
     }
 }
@@ -465,7 +466,7 @@ impl GetSortedShuffleDataRequest {
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         Ok(Self {
             request_id: r.i64("requestId")?,
-            app_id: r.string("appId")?,
+            app_id: r.non_null_string("appId")?,
             shuffle_id: r.i32("shuffleId")?,
             partition_id: r.i32("partitionId")?,
             merged_block_id: r.i64("blockId")?,

@@ -8,8 +8,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::CodecError;
-use super::wire::{put_count, put_opt_string, Reader};
 use crate::proto::StatusCode;
+use switchyard_frame::{put_count, put_nullable_string, FieldReader as Reader};
 
 /// The fields shared by all responses; on its own it is the type-0 `RpcResponse` that
 /// answers a send request.
@@ -46,14 +46,15 @@ impl ResponseHead {
     pub(crate) fn encode(&self, dst: &mut BytesMut) -> Result<(), CodecError> {
         dst.put_i64(self.request_id);
         dst.put_i32(self.status);
-        put_opt_string(dst, self.ret_message.as_deref(), "retMessage")
+        put_nullable_string(dst, self.ret_message.as_deref(), "retMessage")?;
+        Ok(())
     }
 
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         Ok(Self {
             request_id: r.i64("requestId")?,
             status: r.i32("status")?,
-            ret_message: r.opt_string("retMessage")?,
+            ret_message: r.nullable_string("retMessage")?,
         })
     }
 }

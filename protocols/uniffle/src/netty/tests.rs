@@ -3,6 +3,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
+use switchyard_frame::WireError;
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::*;
@@ -457,29 +458,29 @@ fn header(message_len: i32, type_id: u8, body_len: i32) -> Vec<u8> {
 fn bad_headers_are_rejected_before_buffering() {
     assert!(matches!(
         decode_one(&header(-1, 3, 0)),
-        Err(CodecError::NegativeLength {
+        Err(CodecError::Wire(WireError::NegativeLength {
             field: "message length",
             value: -1
-        })
+        }))
     ));
     assert!(matches!(
         decode_one(&header(10, 16, i32::MIN)),
-        Err(CodecError::NegativeLength {
+        Err(CodecError::Wire(WireError::NegativeLength {
             field: "body length",
             ..
-        })
+        }))
     ));
     assert!(matches!(
         decode_one(&header(0, 0, 0)),
-        Err(CodecError::EmptyFrame)
+        Err(CodecError::Wire(WireError::EmptyFrame))
     ));
     assert!(matches!(
         decode_one(&header(10, 99, 0)),
-        Err(CodecError::UnknownMessageType(99))
+        Err(CodecError::Wire(WireError::UnknownMessageType(99)))
     ));
     assert!(matches!(
         decode_one(&header(10, 255, 0)),
-        Err(CodecError::UnknownMessageType(255))
+        Err(CodecError::Wire(WireError::UnknownMessageType(255)))
     ));
     assert!(matches!(
         decode_one(&header(10, 12, 0)),
@@ -491,7 +492,7 @@ fn bad_headers_are_rejected_before_buffering() {
     // i32::MAX + i32::MAX must not overflow and must hit the limit.
     assert!(matches!(
         decode_one(&header(i32::MAX, 3, i32::MAX)),
-        Err(CodecError::FrameTooLarge { .. })
+        Err(CodecError::Wire(WireError::FrameTooLarge { .. }))
     ));
 }
 
@@ -509,7 +510,7 @@ fn max_frame_size_is_enforced() {
     // Rejected from the header alone, before the frame arrives.
     assert!(matches!(
         small.decode(&mut BytesMut::from(&bytes[..HEADER_LEN])),
-        Err(CodecError::FrameTooLarge { size, max }) if size == frame_len as u64 && max == frame_len - 1
+        Err(CodecError::Wire(WireError::FrameTooLarge { size, max })) if size == frame_len as u64 && max == frame_len - 1
     ));
 }
 
@@ -520,9 +521,9 @@ fn message_length_must_match_the_fields() {
     let fields = &full[HEADER_LEN..full.len() - 2];
     assert!(matches!(
         decode_one(&java_frame(4, fields, &[])),
-        Err(CodecError::Truncated {
+        Err(CodecError::Wire(WireError::Truncated {
             field: "partitionNum"
-        })
+        }))
     ));
     // ... or 3 bytes too long.
     let mut long = full[HEADER_LEN..].to_vec();
@@ -546,7 +547,7 @@ fn bad_fields_are_typed_errors() {
     f.extend_from_slice(&[0; 16]);
     assert!(matches!(
         decode_one(&java_frame(4, &f, &[])),
-        Err(CodecError::NullString { field: "appId" })
+        Err(CodecError::Wire(WireError::NullString { field: "appId" }))
     ));
 
     let mut f = Vec::new();
@@ -556,7 +557,7 @@ fn bad_fields_are_typed_errors() {
     f.extend_from_slice(&[0; 16]);
     assert!(matches!(
         decode_one(&java_frame(4, &f, &[])),
-        Err(CodecError::InvalidUtf8 { field: "appId" })
+        Err(CodecError::Wire(WireError::InvalidUtf8 { field: "appId" }))
     ));
 
     let mut f = Vec::new();
@@ -564,10 +565,10 @@ fn bad_fields_are_typed_errors() {
     f.put_i32(-2); // only -1 means null
     assert!(matches!(
         decode_one(&java_frame(4, &f, &[])),
-        Err(CodecError::NegativeLength {
+        Err(CodecError::Wire(WireError::NegativeLength {
             field: "appId",
             value: -2
-        })
+        }))
     ));
 
     // A send request announcing 2^31-1 partitions in a few bytes: refused, not allocated.
@@ -580,10 +581,10 @@ fn bad_fields_are_typed_errors() {
     f.put_i64(0);
     assert!(matches!(
         decode_one(&java_frame(3, &f, &[])),
-        Err(CodecError::CountTooLarge {
+        Err(CodecError::Wire(WireError::CountTooLarge {
             field: "partition",
             ..
-        })
+        }))
     ));
 
     // A negative block count.
@@ -597,10 +598,10 @@ fn bad_fields_are_typed_errors() {
     f.put_i32(-5);
     assert!(matches!(
         decode_one(&java_frame(3, &f, &[])),
-        Err(CodecError::NegativeLength {
+        Err(CodecError::Wire(WireError::NegativeLength {
             field: "block",
             value: -5
-        })
+        }))
     ));
 
     // Block data length beyond the frame.
@@ -613,9 +614,9 @@ fn bad_fields_are_typed_errors() {
     fields[data_len_at..data_len_at + 4].copy_from_slice(&1000i32.to_be_bytes());
     assert!(matches!(
         decode_one(&java_frame(3, &fields, &[])),
-        Err(CodecError::Truncated {
+        Err(CodecError::Wire(WireError::Truncated {
             field: "block data"
-        })
+        }))
     ));
 }
 

@@ -1,0 +1,231 @@
+//! Primitive field encoding inside a frame's message part.
+//!
+//! Everything is big-endian (Netty's `ByteBuf` default). A byte array or string is an
+//! `i32` length followed by the bytes. Uniffle writes Java `null` as length -1
+//! (`ByteBufUtils.writeLengthAndString`); Celeborn has no null (`Encoders.Strings`), so
+//! its fields use [`FieldReader::byte_array`] and [`FieldReader::string`], where -1 is
+//! just a negative length.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::WireError;
+
+/// Reads fields from one message part; slices it hands out share the frame's allocation
+/// (block data is never copied).
+pub struct FieldReader {
+    buf: Bytes,
+}
+
+impl FieldReader {
+    pub fn new(buf: Bytes) -> Self {
+        Self { buf }
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn need(&self, n: usize, field: &'static str) -> Result<(), WireError> {
+        if self.buf.len() < n {
+            Err(WireError::Truncated { field })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn u8(&mut self, field: &'static str) -> Result<u8, WireError> {
+        self.need(1, field)?;
+        Ok(self.buf.get_u8())
+    }
+
+    pub fn i32(&mut self, field: &'static str) -> Result<i32, WireError> {
+        self.need(4, field)?;
+        Ok(self.buf.get_i32())
+    }
+
+    pub fn i64(&mut self, field: &'static str) -> Result<i64, WireError> {
+        self.need(8, field)?;
+        Ok(self.buf.get_i64())
+    }
+
+    /// `n` raw bytes as a zero-copy slice.
+    pub fn bytes(&mut self, n: usize, field: &'static str) -> Result<Bytes, WireError> {
+        self.need(n, field)?;
+        Ok(self.buf.split_to(n))
+    }
+
+    /// `i32` length + raw bytes, zero-copy; every negative length is an error.
+    pub fn byte_array(&mut self, field: &'static str) -> Result<Bytes, WireError> {
+        let len = self.i32(field)?;
+        let len =
+            usize::try_from(len).map_err(|_| WireError::NegativeLength { field, value: len })?;
+        self.bytes(len, field)
+    }
+
+    /// `i32` length + UTF-8; every negative length is an error.
+    pub fn string(&mut self, field: &'static str) -> Result<String, WireError> {
+        let raw = self.byte_array(field)?;
+        utf8(raw, field)
+    }
+
+    /// A byte array where length -1 is Java `null`.
+    pub fn nullable_byte_array(&mut self, field: &'static str) -> Result<Option<Bytes>, WireError> {
+        match self.i32(field)? {
+            -1 => Ok(None),
+            len if len < 0 => Err(WireError::NegativeLength { field, value: len }),
+            len => self.bytes(len as usize, field).map(Some),
+        }
+    }
+
+    /// A string where length -1 is Java `null`.
+    pub fn nullable_string(&mut self, field: &'static str) -> Result<Option<String>, WireError> {
+        self.nullable_byte_array(field)?
+            .map(|raw| utf8(raw, field))
+            .transpose()
+    }
+
+    /// A byte array of a protocol with `null`, which this field must not be.
+    pub fn non_null_byte_array(&mut self, field: &'static str) -> Result<Bytes, WireError> {
+        self.nullable_byte_array(field)?
+            .ok_or(WireError::NullString { field })
+    }
+
+    /// A string of a protocol with `null`, which this field must not be (app ids, server
+    /// ids: the Java clients always set them).
+    pub fn non_null_string(&mut self, field: &'static str) -> Result<String, WireError> {
+        self.nullable_string(field)?
+            .ok_or(WireError::NullString { field })
+    }
+
+    /// An `i32` element count; every element takes at least `min_element_size` bytes, so a
+    /// hostile count is rejected before anything is allocated for it.
+    pub fn count(
+        &mut self,
+        field: &'static str,
+        min_element_size: usize,
+    ) -> Result<usize, WireError> {
+        let count = self.i32(field)?;
+        let n = usize::try_from(count).map_err(|_| WireError::NegativeLength {
+            field,
+            value: count,
+        })?;
+        if n.saturating_mul(min_element_size) > self.buf.len() {
+            return Err(WireError::CountTooLarge {
+                field,
+                count,
+                remaining: self.buf.len(),
+            });
+        }
+        Ok(n)
+    }
+}
+
+fn utf8(raw: Bytes, field: &'static str) -> Result<String, WireError> {
+    String::from_utf8(raw.into()).map_err(|_| WireError::InvalidUtf8 { field })
+}
+
+/// Converts a length to the wire's `i32`.
+pub fn wire_len(len: usize, what: &'static str) -> Result<i32, WireError> {
+    i32::try_from(len).map_err(|_| WireError::TooLargeToEncode { what, len })
+}
+
+/// `i32` length + bytes.
+pub fn put_bytes(dst: &mut BytesMut, value: &[u8], what: &'static str) -> Result<(), WireError> {
+    dst.put_i32(wire_len(value.len(), what)?);
+    dst.put_slice(value);
+    Ok(())
+}
+
+/// `i32` length + UTF-8.
+pub fn put_string(dst: &mut BytesMut, value: &str, what: &'static str) -> Result<(), WireError> {
+    put_bytes(dst, value.as_bytes(), what)
+}
+
+/// A byte array where `None` is written as Java `null` (length -1).
+pub fn put_nullable_bytes(
+    dst: &mut BytesMut,
+    value: Option<&[u8]>,
+    what: &'static str,
+) -> Result<(), WireError> {
+    match value {
+        None => {
+            dst.put_i32(-1);
+            Ok(())
+        }
+        Some(v) => put_bytes(dst, v, what),
+    }
+}
+
+/// A string where `None` is written as Java `null` (length -1).
+pub fn put_nullable_string(
+    dst: &mut BytesMut,
+    value: Option<&str>,
+    what: &'static str,
+) -> Result<(), WireError> {
+    put_nullable_bytes(dst, value.map(str::as_bytes), what)
+}
+
+/// An `i32` element count.
+pub fn put_count(dst: &mut BytesMut, count: usize, what: &'static str) -> Result<(), WireError> {
+    dst.put_i32(wire_len(count, what)?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_is_minus_one_only_where_a_protocol_has_it() {
+        let mut b = BytesMut::new();
+        put_nullable_string(&mut b, None, "s").unwrap();
+        put_nullable_string(&mut b, Some("é"), "s").unwrap();
+        put_nullable_string(&mut b, None, "s").unwrap();
+        put_nullable_string(&mut b, None, "s").unwrap();
+        let mut r = FieldReader::new(b.freeze());
+        assert_eq!(r.nullable_string("a").unwrap(), None);
+        assert_eq!(r.non_null_string("b").unwrap(), "é");
+        assert!(matches!(
+            r.non_null_string("c"),
+            Err(WireError::NullString { field: "c" })
+        ));
+        // Without null, -1 is a negative length.
+        assert!(matches!(
+            r.string("d"),
+            Err(WireError::NegativeLength {
+                field: "d",
+                value: -1
+            })
+        ));
+        assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn lengths_and_counts_are_checked_against_what_is_left() {
+        let mut b = BytesMut::new();
+        b.put_i32(10);
+        b.put_slice(b"abc");
+        let mut r = FieldReader::new(b.clone().freeze());
+        assert!(matches!(
+            r.byte_array("x"),
+            Err(WireError::Truncated { field: "x" })
+        ));
+        let mut r = FieldReader::new(b.freeze());
+        assert!(matches!(
+            r.count("n", 1),
+            Err(WireError::CountTooLarge {
+                count: 10,
+                remaining: 3,
+                ..
+            })
+        ));
+        let mut b = BytesMut::new();
+        b.put_slice(&[0xff, 0xfe]);
+        let mut r = FieldReader::new(b.freeze());
+        assert!(matches!(
+            r.i32("y"),
+            Err(WireError::Truncated { field: "y" })
+        ));
+    }
+}
