@@ -74,7 +74,8 @@ pub struct DiskConfig {
     pub min_free: ByteSize,
     /// Most bytes of shuffle data Switchyard keeps on each disk (Uniffle's
     /// `rss.server.disk.capacity`, Celeborn's `capacity=` per dir); none by
-    /// default.
+    /// default. Flushes already under way when it is reached still complete,
+    /// so a disk can pass it by up to `write_concurrency` flushes.
     pub capacity: Option<ByteSize>,
     /// A full disk takes writes again once it has this much room past
     /// `min_free` (and below `capacity`), so it does not flap. Default 1 GiB.

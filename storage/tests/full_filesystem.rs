@@ -109,6 +109,17 @@ async fn assert_all_readable_across_tiers(
     assert!(disk < DISK.as_u64(), "the tmpfs holds at most its size");
 }
 
+/// Removing the app frees the tmpfs: the health check (or, after a fault, the
+/// probe) lets the disk take writes again.
+async fn recovers_after_removal(store: &Arc<Store>) {
+    store.remove_app("a").await.unwrap();
+    wait_until("disk healthy after removal", || {
+        store.status().disks[0].health == DiskHealth::Healthy
+    })
+    .await;
+    store.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_disk_short_of_min_free_takes_no_writes_and_spills_go_cold() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,13 +143,7 @@ async fn a_disk_short_of_min_free_takes_no_writes_and_spills_go_cold() {
     assert_eq!(status.write_errors, 0, "{status:?}");
     assert_all_readable_across_tiers(&store, &written).await;
 
-    // Removing the app frees the tmpfs: the disk takes writes again.
-    store.remove_app("a").await.unwrap();
-    wait_until("disk healthy after removal", || {
-        store.status().disks[0].health == DiskHealth::Healthy
-    })
-    .await;
-    store.shutdown().await;
+    recovers_after_removal(&store).await;
 }
 
 #[tokio::test]
@@ -159,11 +164,5 @@ async fn a_real_enospc_faults_the_disk_and_its_batch_goes_cold() {
     // read: every block still reads back exactly.
     assert_all_readable_across_tiers(&store, &written).await;
 
-    // With the space freed, the next probe brings the disk back.
-    store.remove_app("a").await.unwrap();
-    wait_until("disk healthy after removal", || {
-        store.status().disks[0].health == DiskHealth::Healthy
-    })
-    .await;
-    store.shutdown().await;
+    recovers_after_removal(&store).await;
 }
