@@ -22,6 +22,9 @@ use crate::store::{concat, Store};
 pub struct Chunk {
     pub ranges: Vec<(u64, u64)>,
     pub len: u64,
+    /// Index records (blocks) in the chunk: what a credit stream announces as
+    /// its backlog before it reads anything.
+    pub records: usize,
 }
 
 pub struct PartitionView {
@@ -63,6 +66,7 @@ pub(crate) fn chunk_records(records: &[IndexRecord], chunk_size: u64) -> Vec<Chu
     let mut current = Chunk {
         ranges: Vec::new(),
         len: 0,
+        records: 0,
     };
     for r in records {
         match current.ranges.last_mut() {
@@ -70,12 +74,14 @@ pub(crate) fn chunk_records(records: &[IndexRecord], chunk_size: u64) -> Vec<Chu
             _ => current.ranges.push((r.offset, r.length as u64)),
         }
         current.len += r.length as u64;
+        current.records += 1;
         if current.len >= chunk_size {
             chunks.push(std::mem::replace(
                 &mut current,
                 Chunk {
                     ranges: Vec::new(),
                     len: 0,
+                    records: 0,
                 },
             ));
         }
@@ -178,6 +184,7 @@ mod tests {
         assert_eq!(chunks.len(), 2);
         assert_eq!(chunks[0].ranges, vec![(0, 10)]);
         assert_eq!(chunks[1].ranges, vec![(10, 7)]);
+        assert_eq!((chunks[0].records, chunks[1].records), (2, 2));
     }
 
     #[test]

@@ -829,6 +829,8 @@ fn expected_reads(regions: &[(bool, Vec<(i32, Bytes)>)], start: i32, end: i32) -
 
 struct CreditRead {
     records: Vec<Bytes>,
+    /// Backlog announcements, in order.
+    backlogs: Vec<i32>,
     ended: bool,
     error: Option<String>,
 }
@@ -867,6 +869,7 @@ async fn stalled_read(
     let stream = handler.stream_id;
     let mut out = CreditRead {
         records: Vec::new(),
+        backlogs: Vec::new(),
         ended: false,
         error: None,
     };
@@ -882,6 +885,7 @@ async fn stalled_read(
             M::BacklogAnnouncement { stream_id, backlog } => {
                 assert_eq!(stream_id, stream);
                 assert!(backlog > 0);
+                out.backlogs.push(backlog);
             }
             M::RpcRequest { body, .. } => {
                 let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
@@ -1018,6 +1022,40 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
             assert_eq!(read.records.len(), want.len(), "map {map} {range:?}");
             assert!(read.records == want, "map {map} {range:?}: records differ");
         }
+    }
+
+    // Flink opens every input channel at once, with no credit: such a stream
+    // hears its first backlog (from the index), and nothing is read for it
+    // until its reader grants credit.
+    {
+        let idle = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+            .await
+            .unwrap();
+        let mut ev = idle.subscribe();
+        let before = env.store.status().operations.read_bytes;
+        let read = stalled_read(
+            &idle,
+            &mut ev,
+            &key,
+            "0-0-0",
+            (0, subs - 1),
+            0,
+            Duration::from_millis(500),
+        )
+        .await
+        .unwrap();
+        assert!(read.records.is_empty() && !read.ended && read.error.is_none());
+        assert_eq!(read.backlogs.len(), 1, "one batch announced");
+        assert_eq!(
+            env.store.status().operations.read_bytes,
+            before,
+            "nothing read before any credit"
+        );
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !env.node.worker.credit_streams.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "idle stream kept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     // Back-pressure: one credit, never more: exactly one record, then silence.

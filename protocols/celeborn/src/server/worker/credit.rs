@@ -1,14 +1,16 @@
 //! Credit-based streams (Flink readers of map partitions).
 //!
-//! After the OpenStream reply, the stream reads its records in batches
-//! through the store, announces each batch (BACKLOG_ANNOUNCEMENT: how many
-//! records are ready, so the reader reserves that many network buffers),
-//! and sends one READ_DATA per record, each only against one unit of credit
-//! (the initial credit, then READ_ADD_CREDIT grants). At the end the worker
-//! sends BUFFER_STREAM_END as an RPC request of its own; a failure goes to
-//! the reader as TRANSPORTABLE_ERROR. The next batch is read while the
-//! current one is sent, so a reader granting credit promptly never waits for
-//! the disk.
+//! After the OpenStream reply, the stream announces its records batch by
+//! batch (BACKLOG_ANNOUNCEMENT: how many records the next batch holds, taken
+//! from the index, so the reader reserves that many network buffers), reads a
+//! batch through the store once the reader has granted credit, and sends one
+//! READ_DATA per record, each only against one unit of credit (the initial
+//! credit, then READ_ADD_CREDIT grants). At the end the worker sends
+//! BUFFER_STREAM_END as an RPC request of its own; a failure goes to the
+//! reader as TRANSPORTABLE_ERROR. The next batch is read while the current one
+//! is sent, so a reader granting credit promptly never waits for the disk;
+//! a stream whose reader grants nothing holds no data (Flink opens every input
+//! channel at once with zero credit).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -159,27 +161,43 @@ async fn send_all(
             }
         }
     };
-    if view.chunks.is_empty() {
-        return Ok(End::Finished);
-    }
-    let mut batch = tokio::select! {
-        _ = stopped() => return Ok(End::Abandoned),
-        b = read(0) => b?,
-    };
-    for next in 1..=view.chunks.len() {
+    // Each chunk is announced from the index before anything is read: Flink
+    // opens every input channel at once with no credit, and a stream must not
+    // hold data for a reader that is not ready for it. The chunk is read once
+    // the reader grants credit; the next one is read while this one is sent.
+    let mut prefetched = None;
+    for i in 0..view.chunks.len() {
         let announced = replier
             .send(Message::BacklogAnnouncement {
                 stream_id: stream.id,
-                backlog: batch.len() as i32,
+                backlog: view.chunks[i].records as i32,
             })
             .await;
         if !announced {
             return Ok(End::Abandoned);
         }
-        let send = send_batch(stream, std::mem::take(&mut batch), replier);
+        let batch = match prefetched.take() {
+            Some(batch) => batch,
+            None => {
+                tokio::select! {
+                    _ = stopped() => return Ok(End::Abandoned),
+                    credit = stream.credit.acquire() => {
+                        // Only waited for; each record takes its own unit.
+                        if credit.is_err() {
+                            return Ok(End::Abandoned);
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = stopped() => return Ok(End::Abandoned),
+                    b = read(i) => b?,
+                }
+            }
+        };
+        let send = send_batch(stream, batch, replier);
         let prefetch = async {
-            if next < view.chunks.len() {
-                read(next).await.map(Some)
+            if i + 1 < view.chunks.len() {
+                read(i + 1).await.map(Some)
             } else {
                 Ok(None)
             }
@@ -191,10 +209,7 @@ async fn send_all(
         if !sent {
             return Ok(End::Abandoned);
         }
-        match fetched? {
-            Some(b) => batch = b,
-            None => break,
-        }
+        prefetched = fetched?;
     }
     Ok(End::Finished)
 }
