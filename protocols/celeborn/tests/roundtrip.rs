@@ -838,6 +838,15 @@ struct CreditRead {
 /// A map task's regions as written: (broadcast, [(sub-partition, record)]).
 type Regions = Vec<(bool, Vec<(i32, Bytes)>)>;
 
+/// Waits (up to 5 s) until the worker holds no credit stream.
+async fn no_credit_streams_left(env: &Env, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !env.node.worker.credit_streams.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Opens a credit stream and reads it without granting any credit beyond
 /// `initial_credit` (a stalled reader), until its end, an error, or `quiet`
 /// without any frame. Readers that grant credit use the client's
@@ -1052,11 +1061,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
             "nothing read before any credit"
         );
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !env.node.worker.credit_streams.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "idle stream kept");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_credit_streams_left(&env, "idle stream kept").await;
 
     // Back-pressure: one credit, never more: exactly one record, then silence.
     let read = stalled_read(
@@ -1112,14 +1117,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
         .unwrap();
         assert_eq!(read.records.len(), 3);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !env.node.worker.credit_streams.is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "stream of a closed connection kept"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_credit_streams_left(&env, "stream of a closed connection kept").await;
     let again = fetch
         .read_credit_stream(&mut events, &key, "2-0-0", (0, subs - 1), 2)
         .await
