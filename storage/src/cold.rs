@@ -62,20 +62,30 @@ struct ReadCache {
     window: u64,
     /// Reads longer than this bypass the cache (they would only evict it).
     max_cached_read: u64,
-    /// Objects (and `dir/` prefixes) deleted in the last minutes. A fetch
-    /// that raced a delete (a read-ahead still in flight) inserts its window
-    /// after the delete's invalidation; it checks here and drops it again.
-    tombstones: moka::future::Cache<Arc<str>, ()>,
+    /// Objects deleted in the last minutes, and `dir/` prefixes (removed
+    /// shuffles and apps: few, so scanned). A fetch that raced a delete (a
+    /// read-ahead still in flight) inserts its window after the delete's
+    /// invalidation; it checks here and drops it again.
+    deleted_objects: moka::future::Cache<Arc<str>, ()>,
+    deleted_prefixes: moka::future::Cache<Arc<str>, ()>,
 }
 
 impl ReadCache {
     fn is_deleted(&self, path: &str) -> bool {
-        self.tombstones.contains_key(path)
+        self.deleted_objects.contains_key(path)
             || self
-                .tombstones
+                .deleted_prefixes
                 .iter()
-                .any(|(k, _)| k.ends_with('/') && path.starts_with(&**k))
+                .any(|(prefix, _)| path.starts_with(&**prefix))
     }
+}
+
+/// Remembers deletes for 10 minutes, far longer than any fetch takes.
+fn tombstones(capacity: u64) -> moka::future::Cache<Arc<str>, ()> {
+    moka::future::Cache::builder()
+        .max_capacity(capacity)
+        .time_to_live(Duration::from_secs(600))
+        .build()
 }
 
 pub(crate) struct ColdTier {
@@ -181,10 +191,8 @@ impl ColdTier {
                 .build(),
             window,
             max_cached_read: config.read_cache.as_u64() / 4,
-            tombstones: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(600))
-                .build(),
+            deleted_objects: tombstones(100_000),
+            deleted_prefixes: tombstones(10_000),
         });
         Ok(Arc::new(ColdTier {
             op,
@@ -399,7 +407,7 @@ impl ColdTier {
     pub(crate) async fn delete(&self, path: &str, len: u64) -> Result<()> {
         if let Some(cache) = &self.cache {
             let p: Arc<str> = Arc::from(path);
-            cache.tombstones.insert(p.clone(), ()).await;
+            cache.deleted_objects.insert(p.clone(), ()).await;
             for w in 0..len.div_ceil(cache.window) {
                 cache.windows.invalidate(&(p.clone(), w)).await;
             }
@@ -413,7 +421,10 @@ impl ColdTier {
         if let Some(cache) = &self.cache {
             // Windows a read-ahead may have brought in after their segment's
             // own delete.
-            cache.tombstones.insert(Arc::from(path.as_str()), ()).await;
+            cache
+                .deleted_prefixes
+                .insert(Arc::from(path.as_str()), ())
+                .await;
             let prefix = path.clone();
             let _ = cache
                 .windows
