@@ -38,6 +38,8 @@ pub enum BenchCommand {
     Cold(crate::bench::cold::ColdBenchArgs),
     /// Flink's map partitions and credit-based reads through any Celeborn deployment: write, read, verify.
     Flink(crate::bench::flink::FlinkBenchArgs),
+    /// How long a writer waits for memory once it is released: woken by the release against a 5 ms poll.
+    MemoryWait(crate::bench::memory_wait::MemoryWaitBenchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -63,6 +63,7 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
             BenchCommand::Celeborn(args) => bench::celeborn::run(args).await,
             BenchCommand::Cold(args) => bench::cold::run(args).await,
             BenchCommand::Flink(args) => bench::flink::run(args).await,
+            BenchCommand::MemoryWait(args) => bench::memory_wait::run(args).await,
         }
     })
 }

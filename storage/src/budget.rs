@@ -19,6 +19,8 @@ pub struct MemoryBudget {
     reserved: AtomicU64,
     /// Part of `used` held by blocks whose flush is under way.
     flushing: AtomicU64,
+    /// Woken on every release: writers waiting for room retry then.
+    released: tokio::sync::Notify,
 }
 
 impl MemoryBudget {
@@ -28,7 +30,15 @@ impl MemoryBudget {
             used: AtomicU64::new(0),
             reserved: AtomicU64::new(0),
             flushing: AtomicU64::new(0),
+            released: tokio::sync::Notify::new(),
         }
+    }
+
+    /// A future that completes at the next release of memory. Create (and
+    /// `enable`) it before the charge that may fail, so that a release
+    /// between the failure and the wait is not missed.
+    pub(crate) fn released(&self) -> tokio::sync::futures::Notified<'_> {
+        self.released.notified()
     }
 
     pub fn capacity(&self) -> u64 {
@@ -82,6 +92,9 @@ impl MemoryBudget {
     pub(crate) fn release(&self, bytes: u64) {
         let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(prev >= bytes, "memory budget released more than charged");
+        if bytes > 0 {
+            self.released.notify_waiters();
+        }
     }
 
     pub(crate) fn start_flush(&self, bytes: u64) {

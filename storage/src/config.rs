@@ -298,12 +298,19 @@ impl From<&str> for Secret {
 #[serde(default, deny_unknown_fields)]
 pub struct AppConfig {
     /// An application with no heartbeat or request for this long is removed
-    /// with all its data. Default 60 s, as in Uniffle.
+    /// with all its data. Default 60 s, as in Uniffle
+    /// (`rss.server.app.expired.withoutHeartbeat`). A protocol may register
+    /// its applications with a lease of its own (Celeborn: 300 s).
     #[serde(with = "humantime_serde")]
     pub expiry: Duration,
     /// How often expiry is checked.
     #[serde(with = "humantime_serde")]
     pub expiry_check_interval: Duration,
+    /// How long the shuffles of a removed application stay dead: appends and
+    /// reads of them fail even if the application registers again. Default
+    /// 1 h, far longer than any client retries a request.
+    #[serde(with = "humantime_serde")]
+    pub tombstone_retention: Duration,
 }
 
 impl Default for AppConfig {
@@ -311,6 +318,7 @@ impl Default for AppConfig {
         AppConfig {
             expiry: Duration::from_secs(60),
             expiry_check_interval: Duration::from_secs(10),
+            tombstone_retention: Duration::from_secs(3600),
         }
     }
 }

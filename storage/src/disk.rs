@@ -87,6 +87,9 @@ pub(crate) struct LocalDisk {
     read_throttle: Option<ByteThrottle>,
     faults: Option<Arc<dyn DiskFaults>>,
     config: DiskConfig,
+    /// The store's "some tier's health changed" signal: flushes with nowhere
+    /// to write wait on it.
+    health_changed: Arc<tokio::sync::Notify>,
 }
 
 impl LocalDisk {
@@ -95,6 +98,7 @@ impl LocalDisk {
         dir: PathBuf,
         config: &DiskConfig,
         faults: Option<Arc<dyn DiskFaults>>,
+        health_changed: Arc<tokio::sync::Notify>,
     ) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let disk = LocalDisk {
@@ -119,6 +123,7 @@ impl LocalDisk {
                 .map(|r| ByteThrottle::new(r.as_u64())),
             faults,
             config: config.clone(),
+            health_changed,
         };
         disk.check_capacity();
         Ok(disk)
@@ -135,6 +140,7 @@ impl LocalDisk {
     fn set_health(&self, h: DiskHealth) {
         let prev = DiskHealth::from_u8(self.health.swap(h.as_u8(), Ordering::AcqRel));
         if prev != h {
+            self.health_changed.notify_waiters();
             match h {
                 DiskHealth::Healthy => {
                     tracing::info!(dir = %self.dir.display(), from = ?prev, "disk takes writes again")

@@ -96,9 +96,20 @@ impl Store {
 
     /// Writes one batch somewhere durable, retrying elsewhere until it succeeds.
     /// Fails only when the partition was removed or the store stops.
+    ///
+    /// A failed disk write faults that disk, so the next attempt goes to
+    /// another target at once. With no target at all the flush waits for a
+    /// disk's health to change (or its partition to be removed), woken by
+    /// that change rather than by polling. Only cold-tier failures, which
+    /// have no health state to wait on, back off (briefly) before retrying.
     async fn write_batch(&self, p: &Partition, blocks: &Arc<[Block]>, bytes: u64) -> Result<()> {
         let mut attempt: u32 = 0;
         loop {
+            // Armed before looking, so a change between the look and the
+            // wait is not missed.
+            let retarget = self.retarget.notified();
+            tokio::pin!(retarget);
+            retarget.as_mut().enable();
             if p.is_removed() {
                 return Err(StorageError::ShuffleRemoved {
                     app: p.key.app.to_string(),
@@ -110,8 +121,10 @@ impl Store {
                 if attempt == 1 || attempt.is_multiple_of(50) {
                     tracing::error!(partition = %p.key, bytes, "no healthy disk or cold tier; blocks wait in memory");
                 }
-                self.retry_pause(attempt).await?;
-                continue;
+                tokio::select! {
+                    _ = &mut retarget => continue,
+                    _ = self.cancel.cancelled() => return Err(StorageError::ShuttingDown),
+                }
             };
             let tier = match target {
                 Target::Cold => "cold",
@@ -137,20 +150,18 @@ impl Store {
                     metrics::counter!("switchyard_spill_failures_total", "tier" => tier)
                         .increment(1);
                     tracing::warn!(partition = %p.key, tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
-                    self.retry_pause(attempt).await?;
+                    if tier == "cold" {
+                        // Short and bounded: the partition (and removal of
+                        // its shuffle) waits for this flush.
+                        let pause = Duration::from_millis(20 * u64::from(attempt.min(10)));
+                        tokio::select! {
+                            _ = tokio::time::sleep(pause) => {}
+                            _ = &mut retarget => {}
+                            _ = self.cancel.cancelled() => return Err(StorageError::ShuttingDown),
+                        }
+                    }
                 }
             }
-        }
-    }
-
-    async fn retry_pause(&self, attempt: u32) -> Result<()> {
-        // Short and bounded: a flush waits for a disk to come back, and its
-        // partition (and removal of its shuffle) waits for the flush.
-        let pause = Duration::from_millis(20 * u64::from(attempt.min(10)));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => Ok(()),
-            // A store stopping for good does not wait for a disk to come back.
-            _ = self.cancel.cancelled() => Err(StorageError::ShuttingDown),
         }
     }
 

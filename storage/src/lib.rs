@@ -22,6 +22,7 @@ pub mod error;
 pub mod fault;
 mod flush;
 pub mod id;
+pub mod lifecycle;
 pub mod memory;
 mod partition;
 mod segment;
@@ -39,6 +40,7 @@ pub use config::{
 pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
 pub use id::{AppId, PartitionKey};
+pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;
 pub use status::{StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};

@@ -78,15 +78,23 @@ pub(crate) struct App {
     pub shuffles: DashMap<i32, Arc<Shuffle>>,
     /// Milliseconds since the store's epoch at the last heartbeat or request.
     pub last_seen_ms: AtomicU64,
+    /// How long it lives without a heartbeat or request, in milliseconds.
+    pub lease_ms: AtomicU64,
 }
 
 impl App {
-    pub(crate) fn new(id: AppId, now_ms: u64) -> Self {
+    pub(crate) fn new(id: AppId, now_ms: u64, lease_ms: u64) -> Self {
         App {
             id,
             shuffles: DashMap::new(),
             last_seen_ms: AtomicU64::new(now_ms),
+            lease_ms: AtomicU64::new(lease_ms),
         }
+    }
+
+    pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.last_seen_ms.load(Ordering::Relaxed))
+            > self.lease_ms.load(Ordering::Relaxed)
     }
 
     pub(crate) fn touch(&self, now_ms: u64) {

@@ -16,6 +16,11 @@ pub(crate) struct Counters {
     pub spilled_bytes: AtomicU64,
     pub spill_failures: AtomicU64,
     pub no_buffer: AtomicU64,
+    /// Appends that waited for memory and then went through.
+    pub memory_waits: AtomicU64,
+    /// Appends that waited for memory until their deadline.
+    pub memory_wait_timeouts: AtomicU64,
+    pub apps_expired: AtomicU64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -55,6 +60,11 @@ pub struct OperationCounts {
     pub spilled_bytes: u64,
     pub spill_failures: u64,
     pub no_buffer_replies: u64,
+    pub memory_waits: u64,
+    pub memory_wait_timeouts: u64,
+    pub apps_expired: u64,
+    /// Removed applications whose shuffles are still dead (tombstones).
+    pub removed_apps_remembered: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -116,6 +126,10 @@ impl Store {
                 spilled_bytes: c.spilled_bytes.load(Ordering::Relaxed),
                 spill_failures: c.spill_failures.load(Ordering::Relaxed),
                 no_buffer_replies: c.no_buffer.load(Ordering::Relaxed),
+                memory_waits: c.memory_waits.load(Ordering::Relaxed),
+                memory_wait_timeouts: c.memory_wait_timeouts.load(Ordering::Relaxed),
+                apps_expired: c.apps_expired.load(Ordering::Relaxed),
+                removed_apps_remembered: self.lifecycle.tombstone_count() as u64,
             },
             applications,
         }

@@ -19,6 +19,7 @@ use crate::disk::LocalDisk;
 use crate::error::{Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::{path_component, AppId, PartitionKey};
+use crate::lifecycle::{AppListener, AppRemoved, Lifecycle, RemovalReason};
 use crate::memory::MemoryRead;
 use crate::partition::{App, Partition, Shuffle};
 use crate::segment::{Segment, SegmentLocation};
@@ -53,6 +54,7 @@ pub struct Store {
     pub(crate) disks: Vec<Arc<LocalDisk>>,
     pub(crate) cold: Option<Arc<ColdTier>>,
     pub(crate) apps: DashMap<AppId, Arc<App>>,
+    pub(crate) lifecycle: Lifecycle,
     pub(crate) index_cache: moka::future::Cache<(u64, u64), Bytes>,
     pub(crate) flush_slots: Arc<Semaphore>,
     /// Read budget in KiB units: bounds the memory that reads hold at once.
@@ -60,6 +62,9 @@ pub struct Store {
     read_budget_kib: u32,
     pub(crate) next_segment: AtomicU64,
     pub(crate) spill_wakeup: tokio::sync::Notify,
+    /// Flushes with nowhere to write wait on it; notified when a disk's
+    /// health changes and when partitions are removed.
+    pub(crate) retarget: Arc<tokio::sync::Notify>,
     /// Largest charge refused since the last spill check (0: none).
     pub(crate) pressure: AtomicU64,
     pub(crate) counters: crate::status::Counters,
@@ -83,9 +88,16 @@ impl Store {
     ) -> Result<Arc<Store>> {
         config.validate().map_err(StorageError::Config)?;
         let mut disks = Vec::new();
+        let health_changed = Arc::new(tokio::sync::Notify::new());
         for (i, dir) in config.disks.dirs.iter().enumerate() {
-            let disk = LocalDisk::open(i, dir.clone(), &config.disks, faults.clone())
-                .map_err(|e| StorageError::io(dir, e))?;
+            let disk = LocalDisk::open(
+                i,
+                dir.clone(),
+                &config.disks,
+                faults.clone(),
+                health_changed.clone(),
+            )
+            .map_err(|e| StorageError::io(dir, e))?;
             disks.push(Arc::new(disk));
         }
         let read_budget_kib =
@@ -117,12 +129,14 @@ impl Store {
             disks,
             cold,
             apps: DashMap::new(),
+            lifecycle: Lifecycle::default(),
             index_cache,
             flush_slots: Arc::new(Semaphore::new(flush_slots.max(1))),
             read_budget,
             read_budget_kib,
             next_segment: AtomicU64::new(uid_start),
             spill_wakeup: tokio::sync::Notify::new(),
+            retarget: health_changed,
             pressure: AtomicU64::new(0),
             counters: Default::default(),
             epoch: Instant::now(),
@@ -161,16 +175,29 @@ impl Store {
 
     // ---- applications ---------------------------------------------------
 
-    /// Registers an application, or refreshes it if known.
+    /// Registers an application with the default lease (`apps.expiry`), or
+    /// refreshes it if known.
     pub fn register_app(&self, app: &str) {
+        self.register_app_leased(app, self.config.apps.expiry);
+    }
+
+    /// Registers an application that lives `lease` past its last heartbeat or
+    /// request, or refreshes it (and sets its lease) if known. An application
+    /// registered again after its removal starts afresh: the shuffles it had
+    /// stay dead (see [`crate::lifecycle`]).
+    pub fn register_app_leased(&self, app: &str, lease: Duration) {
         let now = self.now_ms();
-        self.apps
+        let lease_ms = lease.as_millis().min(u64::MAX as u128) as u64;
+        let a = self
+            .apps
             .entry(AppId::from(app))
             .or_insert_with(|| {
-                tracing::info!(app, "application registered");
-                Arc::new(App::new(AppId::from(app), now))
+                tracing::info!(app, lease = ?lease, "application registered");
+                Arc::new(App::new(AppId::from(app), now, lease_ms))
             })
-            .touch(now);
+            .clone();
+        a.lease_ms.store(lease_ms, Ordering::Relaxed);
+        a.touch(now);
     }
 
     /// Refreshes an application's lease. False if the application is unknown.
@@ -192,6 +219,19 @@ impl Store {
         self.apps.iter().map(|a| a.key().to_string()).collect()
     }
 
+    /// Tells `listener` of every application removal from now on, for as
+    /// long as it is alive (the store holds it weakly).
+    pub fn subscribe(&self, listener: std::sync::Weak<dyn AppListener>) {
+        self.lifecycle.subscribe(listener);
+    }
+
+    /// Fails with [`StorageError::ShuffleRemoved`] if the shuffle died with
+    /// its application (expired or unregistered), so that an adapter can
+    /// refuse to set it up again.
+    pub fn check_shuffle_alive(&self, app: &str, shuffle: i32) -> Result<()> {
+        self.lifecycle.check_alive(&AppId::from(app), shuffle)
+    }
+
     pub(crate) fn app(&self, app: &str) -> Result<Arc<App>> {
         let a = self
             .apps
@@ -202,7 +242,8 @@ impl Store {
         Ok(a)
     }
 
-    fn partition(&self, key: &PartitionKey) -> Result<Option<Arc<Partition>>> {
+    pub(crate) fn partition(&self, key: &PartitionKey) -> Result<Option<Arc<Partition>>> {
+        self.lifecycle.check_alive(&key.app, key.shuffle)?;
         let app = self.app(&key.app)?;
         let p = app
             .shuffles
@@ -212,6 +253,7 @@ impl Store {
     }
 
     fn partition_or_create(&self, key: &PartitionKey) -> Result<Arc<Partition>> {
+        self.lifecycle.check_alive(&key.app, key.shuffle)?;
         let app = self.app(&key.app)?;
         let shuffle = app
             .shuffles
@@ -304,6 +346,47 @@ impl Store {
             self.spill_wakeup.notify_one();
         }
         Ok(())
+    }
+
+    /// Like [`Store::append`], but while the memory budget is full it waits
+    /// for memory to be released (a flush finishing, a shuffle removed) and
+    /// tries again, up to `max_wait`. Woken by the release itself, not by
+    /// polling. Celeborn pushes use it: their protocol has no "no buffer"
+    /// reply a client would back off on.
+    pub async fn append_waiting(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        blocks: Vec<Block>,
+        max_wait: Duration,
+    ) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut waited: Option<Instant> = None;
+        loop {
+            let released = self.budget.released();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.append(key, blocks.clone(), None).await {
+                Err(e) if e.is_backpressure() => {
+                    waited.get_or_insert_with(Instant::now);
+                    tokio::select! {
+                        _ = &mut released => {}
+                        _ = tokio::time::sleep_until(deadline) => {
+                            self.counters.memory_wait_timeouts.fetch_add(1, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                        _ = self.cancel.cancelled() => return Err(StorageError::ShuttingDown),
+                    }
+                }
+                result => {
+                    if let Some(since) = waited {
+                        self.counters.memory_waits.fetch_add(1, Ordering::Relaxed);
+                        metrics::histogram!("switchyard_memory_wait_seconds")
+                            .record(since.elapsed().as_secs_f64());
+                    }
+                    return result;
+                }
+            }
+        }
     }
 
     /// A charge of `bytes` did not fit: make room even below the high
@@ -524,14 +607,37 @@ impl Store {
         Ok(())
     }
 
-    /// Removes an application and everything it stored.
+    /// Removes an application and everything it stored, because its client
+    /// unregistered it.
     pub async fn remove_app(&self, app: &str) -> Result<()> {
+        self.remove_app_because(app, RemovalReason::Unregistered)
+            .await
+    }
+
+    /// Removes an application: its shuffles die (see [`crate::lifecycle`]),
+    /// listeners forget it, then its memory, files and objects go.
+    pub async fn remove_app_because(&self, app: &str, reason: RemovalReason) -> Result<()> {
         let Some((_, a)) = self.apps.remove(app) else {
             return Ok(());
         };
-        tracing::info!(app, "removing application");
         let shuffles: Vec<(i32, Arc<Shuffle>)> =
             a.shuffles.iter().map(|s| (*s.key(), s.clone())).collect();
+        tracing::info!(
+            app,
+            reason = reason.as_str(),
+            shuffles = shuffles.len(),
+            "removing application"
+        );
+        self.lifecycle.removed(
+            &AppRemoved {
+                app: a.id.clone(),
+                reason,
+                shuffles: shuffles.iter().map(|(id, _)| *id).collect(),
+            },
+            self.now_ms(),
+        );
+        metrics::counter!("switchyard_apps_removed_total", "reason" => reason.as_str())
+            .increment(1);
         a.shuffles.clear();
         for (id, s) in shuffles {
             self.purge_shuffle(&a.id, id, &s).await;
@@ -558,6 +664,8 @@ impl Store {
             };
             self.budget.release(staged);
         }
+        // A flush waiting for a healthy tier looks again and sees `removed`.
+        self.retarget.notify_waiters();
         for p in &partitions {
             // Wait for a running flush; it sees `removed` and stops.
             let _guard = p.persist.lock().await;
@@ -595,21 +703,24 @@ impl Store {
         tracing::debug!(%app, shuffle, "shuffle removed");
     }
 
-    /// Removes applications whose last heartbeat or request is older than the
-    /// configured expiry. Returns the ids removed.
+    /// Removes applications whose last heartbeat or request is older than
+    /// their lease, and forgets tombstones past their retention. Returns the
+    /// ids removed.
     pub async fn expire_apps(&self) -> Vec<String> {
-        let expiry = self.config.apps.expiry.as_millis() as u64;
         let now = self.now_ms();
         let stale: Vec<String> = self
             .apps
             .iter()
-            .filter(|a| now.saturating_sub(a.last_seen_ms.load(Ordering::Relaxed)) > expiry)
+            .filter(|a| a.is_expired(now))
             .map(|a| a.key().to_string())
             .collect();
         for app in &stale {
-            tracing::warn!(app, "application expired: no heartbeat");
-            let _ = self.remove_app(app).await;
+            tracing::warn!(app, "application expired: no heartbeat within its lease");
+            self.counters.apps_expired.fetch_add(1, Ordering::Relaxed);
+            let _ = self.remove_app_because(app, RemovalReason::Expired).await;
         }
+        let retention = self.config.apps.tombstone_retention.as_millis() as u64;
+        self.lifecycle.prune(now, retention);
         stale
     }
 

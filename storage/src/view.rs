@@ -138,11 +138,8 @@ impl Store {
         self: &Arc<Self>,
         key: &PartitionKey,
     ) -> Result<(Bytes, Arc<Partition>)> {
-        let app = self.app(&key.app)?;
-        let p = app
-            .shuffles
-            .get(&key.shuffle)
-            .and_then(|s| s.partitions.get(&key.local()).map(|p| p.clone()))
+        let p = self
+            .partition(key)?
             .ok_or_else(|| StorageError::UnknownPartition(key.clone()))?;
         self.flush_fully(&p).await?;
         let index = self.read_index(key).await?;

@@ -4,6 +4,7 @@
 pub mod celeborn;
 pub mod cold;
 pub mod flink;
+pub mod memory_wait;
 pub mod report;
 pub mod storage;
 pub mod uniffle;

@@ -1,6 +1,7 @@
 //! Configuration of the Celeborn roles: the Master and one Worker.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,12 @@ pub struct CelebornConfig {
     pub max_frame_size: ByteSize,
     /// Chunk size of partition reads (`celeborn.shuffle.chunk.size`). Default 8 MiB.
     pub chunk_size: ByteSize,
+    /// An application whose LifecycleManager sends no heartbeat or request
+    /// for this long is removed with its data, and its shuffles stay dead.
+    /// Default 300 s, Celeborn's `celeborn.master.heartbeat.application.timeout`
+    /// (the client heartbeats every 10 s).
+    #[serde(with = "humantime_serde")]
+    pub app_timeout: Duration,
 }
 
 impl Default for CelebornConfig {
@@ -39,6 +46,7 @@ impl Default for CelebornConfig {
             advertised_host: None,
             max_frame_size: ByteSize::mib(256),
             chunk_size: ByteSize::mib(8),
+            app_timeout: Duration::from_secs(300),
         }
     }
 }

@@ -27,6 +27,15 @@ async fn start(memory: u64, chunk: u64) -> Env {
 
 /// With a cold tier (`fs` in the temp dir) taking partitions past `huge` bytes.
 async fn start_with(memory: u64, chunk: u64, huge: Option<u64>) -> Env {
+    start_tuned(memory, chunk, huge, |_, _| {}).await
+}
+
+async fn start_tuned(
+    memory: u64,
+    chunk: u64,
+    huge: Option<u64>,
+    tune: impl FnOnce(&mut StoreConfig, &mut CelebornConfig),
+) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut sc = StoreConfig::default();
     if let Some(huge) = huge {
@@ -42,9 +51,8 @@ async fn start_with(memory: u64, chunk: u64, huge: Option<u64>) -> Env {
     sc.disks.dirs = vec![dir.path().join("d0")];
     // Independent of the free space of the machine running the tests.
     sc.disks.min_free = ByteSize::b(0);
-    let store = Store::open(sc).await.unwrap();
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let cc = CelebornConfig {
+    let mut cc = CelebornConfig {
         master_listen: any,
         worker_rpc_listen: any,
         worker_push_listen: any,
@@ -54,6 +62,8 @@ async fn start_with(memory: u64, chunk: u64, huge: Option<u64>) -> Env {
         chunk_size: ByteSize::b(chunk),
         ..Default::default()
     };
+    tune(&mut sc, &mut cc);
+    let store = Store::open(sc).await.unwrap();
     let node = CelebornNode::start(cc, store.clone()).await.unwrap();
     Env {
         _dir: dir,
@@ -1200,4 +1210,137 @@ async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_
     );
     lm.unregister_shuffle(shuffle).await;
     assert_eq!(env.store.status().tiers.cold, 0);
+}
+
+/// The review's live probe, as a test: reserve, push batch A (acked), stay
+/// silent past the application timeout, heartbeat once (which registers the
+/// application again), push batch B. Before, B was acked, CommitFiles
+/// succeeded and the reader got only B. Now the expiry reaches the worker's
+/// state too, and everything after it fails with Celeborn's own statuses:
+/// the client revives or fails, it never reads short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_app_gets_errors_never_a_short_read() {
+    let env = start_tuned(16 << 20, 1 << 20, None, |sc, cc| {
+        sc.apps.expiry_check_interval = Duration::from_millis(50);
+        cc.app_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let (app, shuffle) = ("app-silent", 0);
+    let lm = Lm::start(&env, app, shuffle, 1, 1 << 30, 0).await;
+    let key = format!("{app}-{shuffle}");
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    let r = push
+        .push(&key, "0-0", batch(0, 0, 1, &data(0, 1, 500)))
+        .await
+        .unwrap();
+    assert!(r.is_empty(), "batch A acked");
+    assert!(env.node.worker.shuffles.contains_key(&key));
+
+    // Silence past the application timeout: the app leaves the store, the
+    // worker's state and the status.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while env.store.has_app(app) || env.node.worker.shuffles.contains_key(&key) {
+        assert!(std::time::Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(env.store.status().applications.iter().all(|a| a.id != app));
+    assert_eq!(env.store.status().tiers.disk, 0);
+    assert_eq!(env.store.status().tiers.memory, 0);
+
+    // One heartbeat registers the application again...
+    let r = lm
+        .master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::HeartbeatFromApplication,
+                &PbHeartbeatFromApplication {
+                    app_id: app.into(),
+                    should_response: true,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        decode::<PbHeartbeatFromApplicationResponse>(&r)
+            .unwrap()
+            .status,
+        0
+    );
+    assert!(env.store.has_app(app));
+
+    // ...but batch B is refused with the status the client revives on,
+    let err = push
+        .push(&key, "0-0", batch(0, 0, 2, &data(0, 2, 500)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("PUSH_DATA_FAIL_PARTITION_NOT_FOUND"),
+        "{err}"
+    );
+    // the revive's ReserveSlots (a new epoch) is refused,
+    let r = lm
+        .worker
+        .ask(
+            endpoint::WORKER,
+            TransportMessage::new(
+                MessageType::ReserveSlots,
+                &PbReserveSlots {
+                    application_id: app.into(),
+                    shuffle_id: shuffle,
+                    primary_locations: vec![PbPartitionLocation {
+                        id: 0,
+                        epoch: 1,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let reserved: PbReserveSlotsResponse = decode(&r).unwrap();
+    assert_eq!(
+        reserved.status,
+        StatusCode::ReserveSlotsFailed.as_i32(),
+        "{}",
+        reserved.reason
+    );
+    let err = push
+        .push(&key, "0-1", batch(0, 0, 2, &data(0, 2, 500)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("PUSH_DATA_FAIL_PARTITION_NOT_FOUND"),
+        "{err}"
+    );
+    // the commit fails every location,
+    let committed = lm.commit(shuffle, vec!["0-0".into()], 1, 1).await;
+    assert_eq!(committed.status, StatusCode::ShuffleUnregistered.as_i32());
+    assert_eq!(committed.failed_primary_ids, vec!["0-0".to_string()]);
+    assert!(committed.committed_primary_ids.is_empty());
+    // and a reader gets an error instead of the stream.
+    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        .await
+        .unwrap();
+    let open = TransportMessage::new(
+        MessageType::OpenStream,
+        &PbOpenStream {
+            shuffle_key: key.clone(),
+            file_name: "0-0-0".into(),
+            start_index: 0,
+            end_index: i32::MAX,
+            ..Default::default()
+        },
+    );
+    assert!(
+        fetch.data_rpc(&open).await.is_err(),
+        "no stream of a dead shuffle"
+    );
 }

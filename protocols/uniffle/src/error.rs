@@ -20,6 +20,10 @@ pub enum UniffleError {
     /// new one and resends.
     #[error("can't find requireBufferId[{0}]")]
     UnknownTicket(i64),
+    /// The shuffle died with its application (expired or unregistered): its
+    /// data is gone, so the client must fail rather than read part of it.
+    #[error("shuffle {shuffle} of {app} was removed with its application")]
+    ShuffleRemoved { app: String, shuffle: i32 },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error(transparent)]
@@ -31,6 +35,9 @@ impl From<StorageError> for UniffleError {
         match e {
             StorageError::NoBuffer { .. } => UniffleError::NoBuffer(e.to_string()),
             StorageError::UnknownApp(app) => UniffleError::NoRegister(app),
+            StorageError::ShuffleRemoved { app, shuffle } => {
+                UniffleError::ShuffleRemoved { app, shuffle }
+            }
             other => UniffleError::Storage(other),
         }
     }
@@ -39,9 +46,10 @@ impl From<StorageError> for UniffleError {
 impl UniffleError {
     pub fn status(&self) -> StatusCode {
         match self {
-            UniffleError::NoRegister(_) | UniffleError::ShuffleNotRegistered { .. } => {
-                StatusCode::NoRegister
-            }
+            // NO_REGISTER is not retried by the client: it fails the task.
+            UniffleError::NoRegister(_)
+            | UniffleError::ShuffleNotRegistered { .. }
+            | UniffleError::ShuffleRemoved { .. } => StatusCode::NoRegister,
             UniffleError::NoBuffer(_) => StatusCode::NoBuffer,
             UniffleError::InvalidRequest(_) => StatusCode::InvalidRequest,
             UniffleError::UnknownTicket(_) | UniffleError::Storage(_) => StatusCode::InternalError,

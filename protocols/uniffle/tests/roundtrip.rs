@@ -21,6 +21,10 @@ struct Env {
 }
 
 async fn start(memory: u64) -> Env {
+    start_with(memory, |_| {}).await
+}
+
+async fn start_with(memory: u64, tune: impl FnOnce(&mut StoreConfig)) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut sc = StoreConfig::default();
     sc.memory.capacity = ByteSize::b(memory);
@@ -29,6 +33,7 @@ async fn start(memory: u64) -> Env {
     sc.disks.dirs = vec![dir.path().join("d0"), dir.path().join("d1")];
     // Independent of the free space of the machine running the tests.
     sc.disks.min_free = ByteSize::b(0);
+    tune(&mut sc);
     let store = Store::open(sc).await.unwrap();
     let uc = UniffleConfig {
         coordinator_listen: "127.0.0.1:0".parse().unwrap(),
@@ -613,4 +618,78 @@ async fn coordinator_matches_tags_and_accepts_remote_heartbeats() {
     assert!(a.iter().all(|r| r.server[0] == env.server()));
     let n = raw.get_shuffle_server_num(()).await.unwrap().into_inner();
     assert_eq!(n.num, 2);
+}
+
+/// An application that stops heartbeating is gone from the store and from
+/// the adapter's state within its expiry, with its files; the shuffle it had
+/// stays dead when the application comes back, so a reader gets an error,
+/// never a partial (or empty) block-id set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_app_is_forgotten_and_its_shuffle_stays_dead() {
+    let env = start_with(16 << 20, |sc| {
+        sc.apps.expiry = Duration::from_millis(500);
+        sc.apps.expiry_check_interval = Duration::from_millis(50);
+    })
+    .await;
+    let app = "app-expiring";
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    s.register_shuffle(app, 0, &[(0, 1)]).await.unwrap();
+    let blocks = vec![ClientBlock::new(block_id(0, 0, 0), 0, data(1, 4000))];
+    s.send(app, 0, vec![(0, blocks)]).await.unwrap();
+    s.report(app, 0, 0, HashMap::from([(0, vec![block_id(0, 0, 0)])]))
+        .await
+        .unwrap();
+    let r = s
+        .grpc()
+        .finish_shuffle(FinishShuffleRequest {
+            app_id: app.into(),
+            shuffle_id: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32);
+    assert!(env.node.core.has_app(app));
+    assert!(env.store.status().tiers.disk > 0);
+
+    // Silence: within the expiry (plus a check interval) it is gone
+    // everywhere: store, adapter, status, files.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while env.store.has_app(app) || env.node.core.has_app(app) {
+        assert!(std::time::Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let status = env.store.status();
+    assert!(status.applications.iter().all(|a| a.id != app));
+    assert_eq!(status.tiers.disk, 0, "files removed");
+    let r = s
+        .grpc()
+        .app_heartbeat(AppHeartBeatRequest { app_id: app.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::NoRegister as i32);
+
+    // The application comes back with a new shuffle: that one works...
+    s.register_shuffle(app, 1, &[(0, 1)]).await.unwrap();
+    // ...but the dead one is neither registered again nor reported empty.
+    let err = s.register_shuffle(app, 0, &[(0, 1)]).await.unwrap_err();
+    assert!(err.to_string().contains("removed"), "{err}");
+    let err = s.shuffle_result(app, 0, vec![0]).await.unwrap_err();
+    assert!(err.to_string().contains("removed"), "{err}");
+    let r = s
+        .grpc()
+        .get_local_shuffle_index(GetLocalShuffleIndexRequest {
+            app_id: app.into(),
+            shuffle_id: 0,
+            partition_id: 0,
+            partition_num_per_range: 1,
+            partition_num: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::NoRegister as i32);
 }

@@ -30,7 +30,7 @@ impl Endpoint for MasterEndpoint {
         match tm.kind() {
             Some(MessageType::RegisterApplicationInfo) => {
                 let r: PbRegisterApplicationInfo = decode(&tm)?;
-                store.register_app(&r.app_id);
+                self.worker.register_app(&r.app_id);
                 self.worker.split_info_apps.insert(r.app_id);
                 Ok(TransportMessage::without_payload(
                     MessageType::OneWayMessageResponse,
@@ -38,7 +38,9 @@ impl Endpoint for MasterEndpoint {
             }
             Some(MessageType::HeartbeatFromApplication) => {
                 let r: PbHeartbeatFromApplication = decode(&tm)?;
-                store.register_app(&r.app_id);
+                // Registers the app again if it expired; its old shuffles
+                // stay dead (storage's lifecycle), so nothing reads short.
+                self.worker.register_app(&r.app_id);
                 if !r.should_response {
                     return Ok(TransportMessage::without_payload(
                         MessageType::OneWayMessageResponse,

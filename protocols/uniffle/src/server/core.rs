@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
-use switchyard_storage::{Block, BlockMeta, PartitionIndex, PartitionKey, Store};
+use switchyard_storage::{
+    AppListener, AppRemoved, Block, BlockMeta, PartitionIndex, PartitionKey, Store,
+};
 
 use super::apps::{AppState, ShuffleState};
 use super::tickets::Tickets;
@@ -51,13 +53,17 @@ pub struct ShuffleServerCore {
 }
 
 impl ShuffleServerCore {
+    /// A core whose application state follows the store's removals.
     pub fn new(store: Arc<Store>, config: UniffleConfig) -> Arc<Self> {
-        Arc::new(ShuffleServerCore {
+        let core = Arc::new(ShuffleServerCore {
             store,
             apps: DashMap::new(),
             tickets: Tickets::default(),
             config,
-        })
+        });
+        let listener: Arc<dyn AppListener> = core.clone();
+        core.store.subscribe(Arc::downgrade(&listener));
+        core
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -68,8 +74,8 @@ impl ShuffleServerCore {
         &self.config
     }
 
-    /// Expires tickets and forgets applications the store no longer has
-    /// (expired or removed), until `cancel` fires.
+    /// Expires unused tickets, until `cancel` fires. (Applications the store
+    /// removes are forgotten when it says so: [`AppListener`].)
     pub async fn run_housekeeping(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
         let period = (self.config.ticket_timeout / 4).max(Duration::from_millis(100));
         loop {
@@ -82,15 +88,6 @@ impl ShuffleServerCore {
                 tracing::debug!(expired, "buffer tickets expired unused");
                 metrics::counter!("switchyard_uniffle_tickets_expired_total")
                     .increment(expired as u64);
-            }
-            let gone: Vec<String> = self
-                .apps
-                .iter()
-                .filter(|a| !self.store.has_app(a.key()))
-                .map(|a| a.key().clone())
-                .collect();
-            for app in gone {
-                self.forget_app(&app);
             }
             metrics::gauge!("switchyard_uniffle_tickets").set(self.tickets.len() as f64);
         }
@@ -109,8 +106,7 @@ impl ShuffleServerCore {
             .map(|a| a.clone())
             .ok_or_else(|| UniffleError::NoRegister(app.to_string()))?;
         if !self.store.heartbeat(app) {
-            // The store expired it: so do we.
-            self.forget_app(app);
+            // Removed between the store's event and this lookup.
             return Err(UniffleError::NoRegister(app.to_string()));
         }
         Ok(state)
@@ -147,6 +143,9 @@ impl ShuffleServerCore {
                 "bad partition ranges {ranges:?}"
             )));
         }
+        // A shuffle that died with its application stays dead: its old
+        // blocks and reports are gone, and a reader must not be told less.
+        self.store.check_shuffle_alive(app, shuffle)?;
         self.store.register_app(app);
         let state = self.apps.entry(app.to_string()).or_default().clone();
         let existing = state.shuffles.get(&shuffle).map(|s| s.clone());
@@ -279,6 +278,9 @@ impl ShuffleServerCore {
     /// this server never saw reports an empty set.
     pub fn shuffle_result(&self, app: &str, shuffle: i32, partitions: &[i32]) -> Result<Bytes> {
         let app_state = self.app(app)?;
+        // An empty set for a dead shuffle would tell the reader to expect
+        // nothing from this server.
+        self.store.check_shuffle_alive(app, shuffle)?;
         let bitmap = match app_state.shuffles.get(&shuffle) {
             Some(s) => s.result(partitions),
             None => IdBitmap::new(),
@@ -381,5 +383,12 @@ impl ShuffleServerCore {
                 UniffleError::InvalidRequest(format!("expected task ids bitmap: {e}"))
             }),
         }
+    }
+}
+
+impl AppListener for ShuffleServerCore {
+    fn app_removed(&self, event: &AppRemoved) {
+        tracing::debug!(app = %event.app, reason = event.reason.as_str(), "uniffle: forgetting application");
+        self.forget_app(&event.app);
     }
 }

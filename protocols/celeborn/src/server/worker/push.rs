@@ -13,7 +13,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use switchyard_storage::{Block, BlockMeta, StorageError};
@@ -222,26 +222,24 @@ impl PushPort {
             },
             data: batch,
         };
-        let started = Instant::now();
-        loop {
-            match self
-                .state
-                .store
-                .append(&loc.key, vec![block.clone()], None)
-                .await
-            {
-                Ok(()) => {
-                    loc.bytes.fetch_add(len, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Err(e) if e.is_backpressure() && started.elapsed() < MEMORY_WAIT => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(StorageError::Sealed(_)) => return Err(StatusCode::HardSplit),
-                Err(e) => {
-                    tracing::warn!(partition = %loc.key, error = %e, "push failed");
-                    return Err(StatusCode::PushDataWriteFailPrimary);
-                }
+        match self
+            .state
+            .store
+            .append_waiting(&loc.key, vec![block], MEMORY_WAIT)
+            .await
+        {
+            Ok(()) => {
+                loc.bytes.fetch_add(len, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(StorageError::Sealed(_)) => Err(StatusCode::HardSplit),
+            // Its application expired or was lost: the location is gone.
+            Err(StorageError::ShuffleRemoved { .. }) => {
+                Err(StatusCode::PushDataFailPartitionNotFound)
+            }
+            Err(e) => {
+                tracing::warn!(partition = %loc.key, error = %e, "push failed");
+                Err(StatusCode::PushDataWriteFailPrimary)
             }
         }
     }

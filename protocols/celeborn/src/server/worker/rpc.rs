@@ -112,6 +112,16 @@ impl WorkerEndpoint {
             Ok(l) => l,
             Err(e) => return fail(StatusCode::ReserveSlotsFailed, e),
         };
+        // A shuffle that died with its application (expired, lost) is not
+        // set up again: a revive after the expiry must fail, not write the
+        // rest of a partition whose first part is gone.
+        if let Err(e) = self
+            .state
+            .store
+            .check_shuffle_alive(&r.application_id, r.shuffle_id)
+        {
+            return fail(StatusCode::ReserveSlotsFailed, e.to_string());
+        }
         let key = format!("{}-{}", r.application_id, r.shuffle_id);
         let Some(shuffle) = self.state.shuffle_or_create(&key) else {
             return fail(
@@ -119,7 +129,7 @@ impl WorkerEndpoint {
                 format!("bad application id {:?}", r.application_id),
             );
         };
-        self.state.store.register_app(&r.application_id);
+        self.state.register_app(&r.application_id);
         let threshold = if r.split_threshold > 0 {
             r.split_threshold as u64
         } else {

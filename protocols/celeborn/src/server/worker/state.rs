@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
-use switchyard_storage::{PartitionKey, PartitionView, Store};
+use switchyard_storage::{AppListener, AppRemoved, PartitionKey, PartitionView, Store};
 
 use super::credit::CreditStream;
 use super::map_partition::MapPartition;
@@ -157,8 +157,10 @@ pub struct WorkerState {
 }
 
 impl WorkerState {
+    /// A worker whose per-application state follows the store's removals
+    /// (expired, lost or unregistered applications): see [`AppListener`].
     pub fn new(store: Arc<Store>, config: CelebornConfig, addr: WorkerAddr) -> Arc<Self> {
-        Arc::new(WorkerState {
+        let state = Arc::new(WorkerState {
             store,
             config,
             addr,
@@ -167,7 +169,16 @@ impl WorkerState {
             credit_streams: DashMap::new(),
             split_info_apps: dashmap::DashSet::new(),
             next_stream: AtomicI64::new(1),
-        })
+        });
+        let listener: Arc<dyn AppListener> = state.clone();
+        state.store.subscribe(Arc::downgrade(&listener));
+        state
+    }
+
+    /// Registers (or refreshes) an application in the store with Celeborn's
+    /// application lease.
+    pub(crate) fn register_app(&self, app: &str) {
+        self.store.register_app_leased(app, self.config.app_timeout);
     }
 
     pub(crate) fn shuffle(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
@@ -263,15 +274,30 @@ impl WorkerState {
         }
     }
 
-    /// Forgets an application and removes its data.
+    /// Forgets an application and removes its data (ApplicationLost).
     pub async fn remove_app(&self, app: &str) {
+        // The store tells us too, but only of applications it holds.
+        self.forget_app(app);
+        if let Err(e) = self.store.remove_app(app).await {
+            tracing::warn!(app, error = %e, "removing an application failed");
+        }
+    }
+
+    /// Drops every location, stream and flag of an application: later pushes
+    /// get PUSH_DATA_FAIL_PARTITION_NOT_FOUND, commits SHUFFLE_UNREGISTERED.
+    fn forget_app(&self, app: &str) {
         self.shuffles.retain(|_, s| s.app != app);
         self.streams.retain(|_, v| &*v.view.key().app != app);
         self.drop_credit_streams(|s| &*s.key.app == app);
         self.split_info_apps.remove(app);
-        if let Err(e) = self.store.remove_app(app).await {
-            tracing::warn!(app, error = %e, "removing an application failed");
-        }
+        self.publish_stream_gauges();
+    }
+}
+
+impl AppListener for WorkerState {
+    fn app_removed(&self, event: &AppRemoved) {
+        tracing::debug!(app = %event.app, reason = event.reason.as_str(), "celeborn: forgetting application");
+        self.forget_app(&event.app);
     }
 }
 
