@@ -1,5 +1,6 @@
 //! `switchyard`: the gateway process. It owns config, logs, metrics, admin
-//! HTTP and the store, and (in later work) the Uniffle and Celeborn listeners.
+//! HTTP, the store, and the listeners of the Uniffle and Celeborn roles
+//! (`serve`); `switchyard bench ...` runs the benchmarks.
 
 mod admin;
 mod bench;
