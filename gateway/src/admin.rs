@@ -12,6 +12,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use switchyard_storage::{Store, StoreStatus};
 
+use crate::node::NodeStatus;
 use crate::telemetry;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -21,6 +22,7 @@ pub struct AdminState {
     pub store: Arc<Store>,
     pub metrics: PrometheusHandle,
     pub started: Instant,
+    pub node: Arc<NodeStatus>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -63,16 +65,19 @@ async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 #[derive(Serialize)]
-struct StatusBody {
+struct StatusBody<'a> {
     version: &'static str,
     uptime_seconds: u64,
+    node: &'a NodeStatus,
     storage: StoreStatus,
 }
 
-async fn status(State(state): State<AdminState>) -> Json<StatusBody> {
+async fn status(State(state): State<AdminState>) -> axum::response::Response {
     Json(StatusBody {
         version: VERSION,
         uptime_seconds: state.started.elapsed().as_secs(),
+        node: &state.node,
         storage: state.store.status(),
     })
+    .into_response()
 }

@@ -2,7 +2,7 @@
 //! a few `SWITCHYARD_*` environment variables. `config/switchyard.toml`
 //! documents every key with its default (a test keeps the two equal).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -17,6 +17,10 @@ use tracing_subscriber::EnvFilter;
 /// config exposes nothing to the network.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:19990";
 
+/// `node.id`
+pub const ENV_NODE_ID: &str = "SWITCHYARD_NODE_ID";
+/// `node.host`: the IP of every listen address left at its default
+pub const ENV_HOST: &str = "SWITCHYARD_HOST";
 /// `admin.listen`
 pub const ENV_ADMIN_LISTEN: &str = "SWITCHYARD_ADMIN_LISTEN";
 /// `storage.memory.capacity`, e.g. `2GiB`
@@ -35,6 +39,8 @@ pub const ENV_LOG_FORMAT: &str = "SWITCHYARD_LOG_FORMAT";
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
+    /// This node's identity and host.
+    pub node: NodeConfig,
     pub admin: AdminConfig,
     pub log: LogConfig,
     pub storage: StoreConfig,
@@ -42,6 +48,42 @@ pub struct GatewayConfig {
     pub uniffle: UniffleConfig,
     /// The Celeborn master and worker roles.
     pub celeborn: CelebornConfig,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id. Default: the id persisted in the first data directory
+    /// (`node-id`), or a new random one written there on first start
+    /// (`crate::node`).
+    pub id: Option<String>,
+    /// This node's IP: every listen address still at its built-in default
+    /// (`127.0.0.1` with the role's default port) listens on this IP instead,
+    /// so the advertised hosts follow. Listen addresses set to anything else
+    /// are used as given.
+    pub host: Option<IpAddr>,
+}
+
+/// Longest node id accepted.
+pub const MAX_NODE_ID_LEN: usize = 64;
+
+/// A node id is 1 to 64 of `A-Z a-z 0-9 . _ -`: it goes into log lines,
+/// metric labels, Uniffle's server id and a file, unquoted.
+pub fn check_node_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_NODE_ID_LEN {
+        return Err(format!(
+            "node id {id:?} must have 1 to {MAX_NODE_ID_LEN} characters"
+        ));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "node id {id:?} has {c:?}: use only letters, digits, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +145,7 @@ impl GatewayConfig {
             None => Self::default(),
         };
         config.apply_env(env)?;
+        config.apply_host();
         config.validate()?;
         Ok(config)
     }
@@ -124,6 +167,14 @@ impl GatewayConfig {
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
 
+        if let Some(v) = get(ENV_NODE_ID) {
+            self.node.id = Some(v.trim().to_string());
+        }
+        if let Some(v) = get(ENV_HOST) {
+            self.node.host = Some(v.trim().parse().with_context(|| {
+                format!("{ENV_HOST}={v:?} is not an IP address such as 127.0.0.2")
+            })?);
+        }
         if let Some(v) = get(ENV_ADMIN_LISTEN) {
             self.admin.listen = v.trim().parse().with_context(|| {
                 format!("{ENV_ADMIN_LISTEN}={v:?} is not a socket address such as 127.0.0.1:19990")
@@ -156,7 +207,51 @@ impl GatewayConfig {
         Ok(())
     }
 
+    /// With `node.host` set, moves every listen address still at its
+    /// built-in default to that IP, keeping the port. Run after the file and
+    /// the environment, so only addresses nobody changed move.
+    pub fn apply_host(&mut self) {
+        let Some(host) = self.node.host else {
+            return;
+        };
+        fn follow(addr: &mut SocketAddr, default: SocketAddr, host: IpAddr) {
+            if *addr == default {
+                *addr = SocketAddr::new(host, addr.port());
+            }
+        }
+        let admin = AdminConfig::default();
+        let uniffle = UniffleConfig::default();
+        let celeborn = CelebornConfig::default();
+        follow(&mut self.admin.listen, admin.listen, host);
+        let u = &mut self.uniffle;
+        follow(&mut u.coordinator_listen, uniffle.coordinator_listen, host);
+        follow(&mut u.server_grpc_listen, uniffle.server_grpc_listen, host);
+        if let (Some(addr), Some(default)) =
+            (u.server_netty_listen.as_mut(), uniffle.server_netty_listen)
+        {
+            follow(addr, default, host);
+        }
+        let c = &mut self.celeborn;
+        follow(&mut c.master_listen, celeborn.master_listen, host);
+        follow(&mut c.worker_rpc_listen, celeborn.worker_rpc_listen, host);
+        follow(&mut c.worker_push_listen, celeborn.worker_push_listen, host);
+        follow(
+            &mut c.worker_fetch_listen,
+            celeborn.worker_fetch_listen,
+            host,
+        );
+        follow(
+            &mut c.worker_replicate_listen,
+            celeborn.worker_replicate_listen,
+            host,
+        );
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(id) = &self.node.id {
+            check_node_id(id)
+                .map_err(|e| anyhow::anyhow!("node.id (config file or {ENV_NODE_ID}): {e}"))?;
+        }
         EnvFilter::try_new(&self.log.level).map_err(|e| {
             anyhow::anyhow!(
                 "log.level {:?} (config file, SWITCHYARD_LOG or RUST_LOG) is not a valid filter: {e}",
@@ -322,6 +417,7 @@ mod tests {
     fn unknown_keys_are_rejected() {
         for bad in [
             "bogus = 1",
+            "[node]\nname = \"n1\"",
             "[admin]\nlisten = \"127.0.0.1:1\"\nport = 2",
             "[log]\nlevl = \"info\"",
             "[storage.memory]\ncapacty = \"1GiB\"",
@@ -428,6 +524,83 @@ mod tests {
     }
 
     #[test]
+    fn node_host_moves_the_default_listen_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            r#"
+            [node]
+            host = "127.0.0.3"
+            [uniffle]
+            coordinator_listen = "127.0.0.1:29999"
+            [celeborn]
+            master_listen = "0.0.0.0:9097"
+            "#,
+        )
+        .unwrap();
+        let c = GatewayConfig::load_with_env(Some(&path), no_env).unwrap();
+        let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        assert_eq!(c.node.host, Some("127.0.0.3".parse().unwrap()));
+        assert_eq!(c.admin.listen, at("127.0.0.3:19990"));
+        assert_eq!(c.uniffle.server_grpc_listen, at("127.0.0.3:19997"));
+        assert_eq!(c.uniffle.server_netty_listen, Some(at("127.0.0.3:19996")));
+        assert_eq!(c.celeborn.worker_rpc_listen, at("127.0.0.3:9100"));
+        assert_eq!(c.celeborn.worker_push_listen, at("127.0.0.3:9101"));
+        assert_eq!(c.celeborn.worker_fetch_listen, at("127.0.0.3:9102"));
+        assert_eq!(c.celeborn.worker_replicate_listen, at("127.0.0.3:9103"));
+        // Set to something else than the default: used as given.
+        assert_eq!(c.uniffle.coordinator_listen, at("127.0.0.1:29999"));
+        assert_eq!(c.celeborn.master_listen, at("0.0.0.0:9097"));
+        // The advertised hosts are left to default to the listen IP.
+        assert_eq!(c.uniffle.advertised_host, None);
+
+        // Without node.host nothing moves.
+        let c = GatewayConfig::load_with_env(None, no_env).unwrap();
+        assert_eq!(c.uniffle.coordinator_listen, at("127.0.0.1:19999"));
+    }
+
+    #[test]
+    fn node_host_from_env_applies_to_a_copy_of_the_reference_file() {
+        // The reference file writes every listen address out at its default;
+        // SWITCHYARD_HOST must still move them (an explicit override stays).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("copy.toml");
+        std::fs::write(&path, DOC).unwrap();
+        let env = env_of(&[
+            (ENV_HOST, " 127.0.0.4 "),
+            (ENV_ADMIN_LISTEN, "0.0.0.0:19990"),
+        ]);
+        let c = GatewayConfig::load_with_env(Some(&path), env).unwrap();
+        let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        assert_eq!(c.uniffle.coordinator_listen, at("127.0.0.4:19999"));
+        assert_eq!(c.celeborn.master_listen, at("127.0.0.4:9097"));
+        assert_eq!(c.admin.listen, at("0.0.0.0:19990"));
+
+        let err = GatewayConfig::load_with_env(None, env_of(&[(ENV_HOST, "host-2")])).unwrap_err();
+        assert!(format!("{err:#}").contains(ENV_HOST), "{err:#}");
+        assert!(GatewayConfig::from_toml("[node]\nhost = \"host-2\"").is_err());
+    }
+
+    #[test]
+    fn node_id_from_file_and_env_is_checked() {
+        let c = GatewayConfig::from_toml("[node]\nid = \"shuffle-1.rack-2\"").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.node.id.as_deref(), Some("shuffle-1.rack-2"));
+
+        let c = GatewayConfig::load_with_env(None, env_of(&[(ENV_NODE_ID, " sy-7 ")])).unwrap();
+        assert_eq!(c.node.id.as_deref(), Some("sy-7"));
+
+        for bad in ["a b", "node/1", "n\u{e9}", &"x".repeat(MAX_NODE_ID_LEN + 1)] {
+            let err =
+                GatewayConfig::load_with_env(None, env_of(&[(ENV_NODE_ID, bad)])).unwrap_err();
+            assert!(format!("{err:#}").contains("node.id"), "{bad:?}: {err:#}");
+        }
+        assert!(check_node_id(&"x".repeat(MAX_NODE_ID_LEN)).is_ok());
+        assert!(check_node_id("").is_err());
+    }
+
+    #[test]
     fn validation_fails_clearly() {
         let err =
             GatewayConfig::load_with_env(None, env_of(&[(ENV_MEMORY_CAPACITY, "0")])).unwrap_err();
@@ -510,6 +683,8 @@ mod tests {
             .collect();
         let c = GatewayConfig::from_toml(&uncommented).unwrap();
         c.validate().unwrap();
+        assert_eq!(c.node.id.as_deref(), Some("shuffle-1"));
+        assert!(c.node.host.is_some());
         assert!(c.storage.disks.write_rate_limit.is_some());
         assert!(c.storage.disks.read_rate_limit.is_some());
         let cold = c.storage.cold.expect("the [storage.cold] example");

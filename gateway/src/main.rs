@@ -1,10 +1,12 @@
-//! `switchyard`: the gateway process. It owns config, logs, metrics, admin
-//! HTTP and the store, and (in later work) the Uniffle and Celeborn listeners.
+//! `switchyard`: the gateway process. It owns config, the node's identity,
+//! logs, metrics, admin HTTP, the store, and the listeners of the Uniffle and
+//! Celeborn roles (`serve`); `switchyard bench ...` runs the benchmarks.
 
 mod admin;
 mod bench;
 mod cli;
 mod config;
+mod node;
 mod serve;
 mod telemetry;
 
@@ -70,19 +72,13 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = GatewayConfig::load(args.config.as_deref())?;
-    telemetry::init_logging(&config.log)?;
-    match &args.config {
-        Some(path) => tracing::info!(config = %path.display(), "configuration loaded"),
-        None => tracing::info!("no --config given: built-in defaults (and SWITCHYARD_* overrides)"),
-    }
-    // Before the store opens, so that its metrics reach the recorder.
-    let metrics = telemetry::install_metrics()?;
+    let log_node = telemetry::init_logging(&config.log)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("switchyard")
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the tokio runtime: {e}"))?;
-    let result = runtime.block_on(serve::serve(config, metrics));
+    let result = runtime.block_on(serve::serve(config, args.config, log_node));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
     result
 }

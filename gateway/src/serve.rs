@@ -1,10 +1,12 @@
-//! `switchyard serve`: opens the store, serves admin HTTP, and shuts down in
-//! order on SIGTERM or Ctrl-C.
+//! `switchyard serve`: binds admin HTTP, settles the node id, opens the
+//! store, starts the Uniffle and Celeborn roles, serves admin HTTP, and shuts
+//! down in order on SIGTERM or Ctrl-C.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use metrics_exporter_prometheus::PrometheusHandle;
 use switchyard_celeborn::CelebornNode;
 use switchyard_storage::Store;
 use switchyard_uniffle::UniffleNode;
@@ -15,7 +17,8 @@ use tracing::{error, info, warn};
 
 use crate::admin::{self, AdminState};
 use crate::config::GatewayConfig;
-use crate::telemetry;
+use crate::node::{self, CelebornStatus, IdSource, NodeStatus, UniffleStatus};
+use crate::telemetry::{self, NodeField};
 
 /// How long in-flight admin requests may take to finish after a shutdown
 /// signal before their connections are dropped.
@@ -44,7 +47,13 @@ impl ShutdownSignals {
     }
 }
 
-pub async fn serve(config: GatewayConfig, metrics: PrometheusHandle) -> anyhow::Result<()> {
+/// Runs the node until a signal. `config_path` is only logged; `log_node`
+/// receives the node id once it is known, for every later log line.
+pub async fn serve(
+    mut config: GatewayConfig,
+    config_path: Option<PathBuf>,
+    log_node: NodeField,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut signals = ShutdownSignals::register()?;
 
@@ -53,6 +62,32 @@ pub async fn serve(config: GatewayConfig, metrics: PrometheusHandle) -> anyhow::
         .await
         .with_context(|| format!("cannot listen on admin.listen {}", config.admin.listen))?;
     let admin_addr = listener.local_addr()?;
+
+    // Then the node id, so that every log line and metric from here on
+    // carries it.
+    let identity = node::resolve(config.node.id.as_deref(), &config.storage.disks.dirs)
+        .context("cannot establish the node id")?;
+    log_node.set(&identity.id);
+    match &config_path {
+        Some(path) => info!(config = %path.display(), "configuration loaded"),
+        None => info!("no --config given: built-in defaults (and SWITCHYARD_* overrides)"),
+    }
+    let file = identity.file.as_ref().map(|f| f.display().to_string());
+    info!(id = %identity.id, source = identity.source.as_str(), file, "node id");
+    if let Some(old) = &identity.replaced {
+        warn!(
+            configured = %identity.id,
+            persisted = %old,
+            file,
+            "node.id differs from the persisted node id: using node.id and rewriting the file"
+        );
+    }
+    if identity.source == IdSource::Ephemeral {
+        warn!("no data directory to persist the node id in: it changes on every start unless node.id is set");
+    }
+    // Before the store opens, so that its metrics reach the recorder.
+    let metrics = telemetry::install_metrics(&identity.id)?;
+    config.uniffle.server_id = Some(identity.id.clone());
 
     let upkeep = tokio::spawn({
         let metrics = metrics.clone();
@@ -100,11 +135,20 @@ pub async fn serve(config: GatewayConfig, metrics: PrometheusHandle) -> anyhow::
         None
     };
 
+    let node_status = NodeStatus {
+        id: identity.id.clone(),
+        id_source: identity.source,
+        host: config.node.host,
+        admin: admin_addr,
+        uniffle: uniffle.as_ref().map(|n| UniffleStatus::new(&n.addrs)),
+        celeborn: celeborn.as_ref().map(|n| CelebornStatus::new(&n.addrs)),
+    };
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let app = admin::router(AdminState {
         store: store.clone(),
         metrics,
         started,
+        node: Arc::new(node_status),
     });
     let mut admin_server = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -1,11 +1,17 @@
 //! Logs (tracing-subscriber) and metrics (the Prometheus recorder).
 
+use std::fmt;
 use std::io::IsTerminal;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
 use metrics::Unit;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat};
@@ -24,29 +30,103 @@ const SECONDS_BUCKETS: &[f64] = &[
 /// How often the recorder's upkeep (histogram maintenance) runs.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-pub fn init_logging(config: &LogConfig) -> anyhow::Result<()> {
+/// The label (metrics) and field (log lines) that carry the node id.
+pub const NODE_LABEL: &str = "node";
+
+/// The node id for log lines, set once it is known ([`NodeField::set`]);
+/// lines logged before that carry none.
+#[derive(Clone, Default)]
+pub struct NodeField(Arc<OnceLock<String>>);
+
+impl NodeField {
+    pub fn set(&self, id: &str) {
+        let _ = self.0.set(id.to_string());
+    }
+}
+
+/// Installs the log subscriber. Every line logged after [`NodeField::set`]
+/// carries `node=<id>` (text: at the end of the line; JSON: a `"node"` key),
+/// from whatever thread or task it comes.
+pub fn init_logging(config: &LogConfig) -> anyhow::Result<NodeField> {
     // The level was validated with the config; this only fails on a bug.
     let filter = EnvFilter::try_new(&config.level)
         .with_context(|| format!("log.level {:?}", config.level))?;
+    let node = NodeField::default();
+    let ansi = std::io::stdout().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal());
+        .with_ansi(ansi);
     let result = match config.format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .event_format(WithNode {
+                inner: format::format().with_ansi(ansi),
+                node: node.clone(),
+                json: false,
+            })
+            .try_init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(false)
+            .map_event_format(|inner| WithNode {
+                inner,
+                node: node.clone(),
+                json: true,
+            })
             .try_init(),
     };
-    result.map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
+    result.map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))?;
+    Ok(node)
 }
 
-/// Installs the global Prometheus recorder. Call before anything records a
-/// metric (in particular before the store opens): metrics recorded earlier
-/// are lost.
-pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+/// Formats an event with `inner`, then adds the node id: ` node=<id>` before
+/// the line's end, or `"node":"<id>",` as the first key of a JSON object.
+/// Node ids need no quoting or escaping (`config::check_node_id`).
+struct WithNode<F> {
+    inner: F,
+    node: NodeField,
+    json: bool,
+}
+
+impl<S, N, F> FormatEvent<S, N> for WithNode<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let Some(node) = self.node.0.get() else {
+            return self.inner.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        writer.write_str(&with_node(&line, node, self.json))
+    }
+}
+
+fn with_node(line: &str, node: &str, json: bool) -> String {
+    if json {
+        if let Some(rest) = line.strip_prefix('{') {
+            return format!("{{\"{NODE_LABEL}\":\"{node}\",{rest}");
+        }
+    }
+    let body = line.strip_suffix('\n').unwrap_or(line);
+    format!("{body} {NODE_LABEL}={node}\n")
+}
+
+/// Installs the global Prometheus recorder, with `node="<id>"` on every
+/// metric so that several nodes' figures never mix in one Prometheus. Call
+/// before anything records a metric (in particular before the store opens):
+/// metrics recorded earlier are lost.
+pub fn install_metrics(node_id: &str) -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
+        .add_global_label(NODE_LABEL, node_id)
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
         .context("histogram buckets")?
         .install_recorder()
@@ -93,6 +173,25 @@ mod tests {
         let status = "Name:\tswitchyard\nVmPeak:\t  10000 kB\nVmRSS:\t    5120 kB\nThreads:\t4\n";
         assert_eq!(parse_vm_rss(status), Some(5120 * 1024));
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn node_goes_into_text_and_json_lines() {
+        assert_eq!(
+            with_node(
+                "2025-01-01T00:00:00Z  INFO switchyard: store open ready=true\n",
+                "sy-1",
+                false
+            ),
+            "2025-01-01T00:00:00Z  INFO switchyard: store open ready=true node=sy-1\n"
+        );
+        let json = with_node("{\"level\":\"INFO\",\"message\":\"m\"}\n", "sy-1", true);
+        assert_eq!(
+            json,
+            "{\"node\":\"sy-1\",\"level\":\"INFO\",\"message\":\"m\"}\n"
+        );
+        let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(v["node"], "sy-1");
     }
 
     #[test]

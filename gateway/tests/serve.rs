@@ -174,6 +174,24 @@ fn serve_with_defaults_then_sigterm() {
         );
     }
 
+    // The node's identity: generated on this first start, persisted in the
+    // first data directory, used as Uniffle's server id.
+    let node = &status["node"];
+    let id = node["id"].as_str().expect("node.id");
+    assert_eq!(node["id_source"], "generated", "{status}");
+    let persisted =
+        std::fs::read_to_string(workdir.path().join("data/switchyard/node-id")).unwrap();
+    assert_eq!(persisted.trim(), id);
+    assert_eq!(node["uniffle"]["server_id"], id, "{status}");
+    assert_eq!(
+        node["uniffle"]["coordinator"], "127.0.0.1:19999",
+        "{status}"
+    );
+    assert_eq!(
+        node["celeborn"]["worker_id"], "127.0.0.1:9100:9101:9102:9103",
+        "{status}"
+    );
+
     let (code, _) = get(addr, "/no-such-page").unwrap();
     assert_eq!(code, 404);
 

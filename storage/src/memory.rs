@@ -100,8 +100,8 @@ impl PartitionBuffer {
         self.in_flight.remove(pos).map(|b| b.charge)
     }
 
-    /// Drops everything (the shuffle was removed). Returns (staged charge,
-    /// in-flight charge): the caller releases the staged part; in-flight
+    /// Drops the staged blocks (the shuffle was removed) and returns their
+    /// charge, which the caller releases. In-flight batches stay: their
     /// charges are released by the flushes that own them.
     pub(crate) fn clear_staging(&mut self) -> u64 {
         self.staging.clear();

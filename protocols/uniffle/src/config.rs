@@ -42,6 +42,11 @@ pub struct UniffleConfig {
     /// Client configuration handed out by `fetchClientConf`. By default it
     /// sets the storage type this server serves.
     pub client_conf: BTreeMap<String, String>,
+    /// The shuffle server's id (`ShuffleServerId.id`, an opaque key to
+    /// clients and coordinators). Not a config key: the gateway sets it to
+    /// the node id. `None`: Uniffle's own `ip-grpcPort[-nettyPort]`.
+    #[serde(skip)]
+    pub server_id: Option<String>,
 }
 
 impl Default for UniffleConfig {
@@ -62,6 +67,7 @@ impl Default for UniffleConfig {
                 "spark.rss.storage.type".to_string(),
                 "MEMORY_LOCALFILE".to_string(),
             )]),
+            server_id: None,
         }
     }
 }

@@ -96,9 +96,10 @@ impl UniffleNode {
             }
         });
         let server_id = ShuffleServerId {
-            id: match netty_addr {
-                Some(n) => format!("{host}-{}-{}", grpc_addr.port(), n.port()),
-                None => format!("{host}-{}", grpc_addr.port()),
+            id: match (&config.server_id, netty_addr) {
+                (Some(id), _) => id.clone(),
+                (None, Some(n)) => format!("{host}-{}-{}", grpc_addr.port(), n.port()),
+                (None, None) => format!("{host}-{}", grpc_addr.port()),
             },
             ip: host,
             port: grpc_addr.port() as i32,
