@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use switchyard_frame::server::ConnectionLimits;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -25,6 +26,9 @@ pub struct CelebornConfig {
     pub max_frame_size: ByteSize,
     /// Chunk size of partition reads (`celeborn.shuffle.chunk.size`). Default 8 MiB.
     pub chunk_size: ByteSize,
+    /// Connections per port and requests in flight per connection, for each of the
+    /// master's and worker's ports (`[celeborn.connections]`).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for CelebornConfig {
@@ -39,6 +43,7 @@ impl Default for CelebornConfig {
             advertised_host: None,
             max_frame_size: ByteSize::mib(256),
             chunk_size: ByteSize::mib(8),
+            connections: ConnectionLimits::default(),
         }
     }
 }

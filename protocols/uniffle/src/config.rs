@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use switchyard_frame::server::ConnectionLimits;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -42,6 +43,9 @@ pub struct UniffleConfig {
     /// Client configuration handed out by `fetchClientConf`. By default it
     /// sets the storage type this server serves.
     pub client_conf: BTreeMap<String, String>,
+    /// Connections of the Netty data plane and requests in flight per connection
+    /// (`[uniffle.connections]`). gRPC connections are tonic's and not limited here.
+    pub connections: ConnectionLimits,
 }
 
 impl Default for UniffleConfig {
@@ -62,6 +66,7 @@ impl Default for UniffleConfig {
                 "spark.rss.storage.type".to_string(),
                 "MEMORY_LOCALFILE".to_string(),
             )]),
+            connections: ConnectionLimits::default(),
         }
     }
 }

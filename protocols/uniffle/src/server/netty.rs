@@ -1,114 +1,41 @@
-//! The Netty data plane (`GRPC_NETTY` clients): a TCP server speaking
-//! [`UniffleCodec`] frames. Requests on one connection run concurrently and
-//! are answered in completion order, matched by request id.
+//! The Netty data plane (`GRPC_NETTY` clients): its port on the shared frame server
+//! (`switchyard_frame::server`), which runs the requests of a connection concurrently
+//! and answers them in completion order, matched by request id. This turns requests
+//! into core calls and results into replies.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_util::codec::FramedRead;
-use tokio_util::sync::CancellationToken;
+use switchyard_frame::server::{Handler, Replier};
 
 use super::core::{IncomingBlock, ShuffleServerCore};
 use crate::error::UniffleError;
 use crate::netty::{
     BufferSegment, GetLocalShuffleDataResponse, GetLocalShuffleIndexResponse,
-    GetMemoryShuffleDataResponse, Message, ResponseHead, UniffleCodec,
+    GetMemoryShuffleDataResponse, Message, ResponseHead,
 };
 use crate::proto::StatusCode;
 
-/// Accepts connections until `cancel` fires.
-pub async fn serve(
-    listener: TcpListener,
+/// The handler of the Netty port.
+pub struct NettyPort {
     core: Arc<ShuffleServerCore>,
-    max_frame_size: usize,
-    cancel: CancellationToken,
-) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "netty accept failed");
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let core = core.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection(stream, peer, core, max_frame_size, cancel).await {
-                tracing::debug!(%peer, error = %e, "netty connection closed");
-            }
-        });
+}
+
+impl NettyPort {
+    pub fn new(core: Arc<ShuffleServerCore>) -> Arc<Self> {
+        Arc::new(NettyPort { core })
     }
 }
 
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    core: Arc<ShuffleServerCore>,
-    max_frame_size: usize,
-    cancel: CancellationToken,
-) -> Result<(), crate::netty::CodecError> {
-    let (read, mut write) = stream.into_split();
-    let mut frames = FramedRead::new(read, UniffleCodec::new(max_frame_size));
-    let (tx, mut rx) = mpsc::channel::<Message>(64);
-    // Replies are written as header + body straight from the data's own
-    // buffer: a 14 MiB read is never copied into a frame buffer.
-    let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            let (head, body) = match m.frame_parts() {
-                Ok(parts) => parts,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode a netty reply");
-                    return;
-                }
-            };
-            let written = async {
-                write.write_all(&head).await?;
-                if !body.is_empty() {
-                    write.write_all(&body).await?;
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            if let Err(e) = written.await {
-                tracing::debug!(error = %e, "netty write failed");
-                return;
-            }
-        }
-    });
-    loop {
-        let frame = tokio::select! {
-            _ = cancel.cancelled() => break,
-            f = frames.next() => f,
-        };
-        let message = match frame {
-            None => break,
-            Some(Ok(m)) => m,
-            Some(Err(e)) => {
-                // A malformed frame leaves the stream unsynchronised: close it.
-                tracing::warn!(%peer, error = %e, "bad netty frame; closing connection");
-                metrics::counter!("switchyard_uniffle_netty_bad_frames_total").increment(1);
-                break;
-            }
-        };
-        let core = core.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            if let Some(reply) = handle(&core, message).await {
-                let _ = tx.send(reply).await;
-            }
-        });
+impl Handler<Message> for NettyPort {
+    fn port(&self) -> &'static str {
+        "netty"
     }
-    drop(tx);
-    let _ = writer.await;
-    Ok(())
+
+    async fn handle(self: Arc<Self>, message: Message, replier: Replier<Message>) {
+        if let Some(reply) = handle(&self.core, message).await {
+            replier.send(reply).await;
+        }
+    }
 }
 
 fn head(request_id: i64, r: &Result<impl Sized, UniffleError>) -> ResponseHead {
