@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use switchyard_frame::server::{Handler, Replier};
 
-use super::core::{IncomingBlock, ShuffleServerCore};
+use super::core::ShuffleServerCore;
+use super::wire::{self, Transport};
 use crate::error::UniffleError;
 use crate::netty::{
-    BufferSegment, GetLocalShuffleDataResponse, GetLocalShuffleIndexResponse,
-    GetMemoryShuffleDataResponse, Message, ResponseHead,
+    GetLocalShuffleDataResponse, GetLocalShuffleIndexResponse, GetMemoryShuffleDataResponse,
+    Message, ResponseHead,
 };
 use crate::proto::StatusCode;
 
@@ -38,13 +39,14 @@ impl Handler<Message> for NettyPort {
     }
 }
 
-fn head(request_id: i64, r: &Result<impl Sized, UniffleError>) -> ResponseHead {
+fn head(request_id: i64, op: &'static str, r: &Result<impl Sized, UniffleError>) -> ResponseHead {
     match r {
         Ok(_) => ResponseHead::new(request_id, StatusCode::Success, None),
-        Err(e) => {
-            tracing::debug!(error = %e, "netty request failed");
-            ResponseHead::new(request_id, e.status(), Some(e.to_string()))
-        }
+        Err(e) => ResponseHead::new(
+            request_id,
+            wire::failed(Transport::Netty, op, e),
+            Some(e.to_string()),
+        ),
     }
 }
 
@@ -54,32 +56,22 @@ async fn handle(core: &ShuffleServerCore, message: Message) -> Option<Message> {
             let partitions = r
                 .partitions
                 .into_iter()
-                .map(|p| {
-                    let blocks = p
-                        .blocks
-                        .into_iter()
-                        .map(|b| IncomingBlock {
-                            block_id: b.block_id,
-                            length: b.length,
-                            uncompress_length: b.uncompress_length,
-                            crc: b.crc,
-                            task_attempt_id: b.task_attempt_id,
-                            data: b.data,
-                        })
-                        .collect();
-                    (p.partition_id, blocks)
-                })
+                .map(wire::netty_partition)
                 .collect();
             let result = core
                 .send_shuffle_data(&r.app_id, r.shuffle_id, r.require_buffer_id, partitions)
                 .await;
-            Some(Message::RpcResponse(head(r.request_id, &result)))
+            Some(Message::RpcResponse(head(
+                r.request_id,
+                "sendShuffleData",
+                &result,
+            )))
         }
         Message::GetLocalShuffleIndex(r) => {
             let result = core
                 .local_index(&r.app_id, r.shuffle_id, r.partition_id)
                 .await;
-            let head = head(r.request_id, &result);
+            let head = head(r.request_id, "getLocalShuffleIndex", &result);
             let index = result.unwrap_or_default();
             Some(Message::GetLocalShuffleIndexResponse(
                 GetLocalShuffleIndexResponse {
@@ -108,23 +100,12 @@ async fn handle(core: &ShuffleServerCore, message: Message) -> Option<Message> {
                         filter.as_ref(),
                     )
                 });
-            let head = head(r.request_id, &result);
+            let head = head(r.request_id, "getMemoryShuffleData", &result);
             let data = result.unwrap_or_default();
             Some(Message::GetMemoryShuffleDataResponse(
                 GetMemoryShuffleDataResponse {
                     head,
-                    segments: data
-                        .segments
-                        .iter()
-                        .map(|s| BufferSegment {
-                            block_id: s.block_id,
-                            offset: s.offset as i32,
-                            length: s.length,
-                            uncompress_length: s.uncompress_length,
-                            crc: s.crc,
-                            task_attempt_id: s.task_attempt_id,
-                        })
-                        .collect(),
+                    segments: data.segments.iter().map(Into::into).collect(),
                     data: data.data,
                 },
             ))
@@ -150,7 +131,7 @@ async fn local_data(
         .local_data(&r.app_id, r.shuffle_id, r.partition_id, r.offset, r.length)
         .await;
     Message::GetLocalShuffleDataResponse(GetLocalShuffleDataResponse {
-        head: head(r.request_id, &result),
+        head: head(r.request_id, "getLocalShuffleData", &result),
         data: result.unwrap_or_default(),
     })
 }
