@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use switchyard_frame::server::ConnectionLimits;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -32,6 +33,9 @@ pub struct CelebornConfig {
     /// (the client heartbeats every 10 s).
     #[serde(with = "humantime_serde")]
     pub app_timeout: Duration,
+    /// Connections per port and requests in flight per connection, for each of the
+    /// master's and worker's ports (`[celeborn.connections]`).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for CelebornConfig {
@@ -47,6 +51,7 @@ impl Default for CelebornConfig {
             max_frame_size: ByteSize::mib(256),
             chunk_size: ByteSize::mib(8),
             app_timeout: Duration::from_secs(300),
+            connections: ConnectionLimits::default(),
         }
     }
 }

@@ -23,6 +23,8 @@ const JAVA_MAX_FRAME: usize = i32::MAX as usize - 1;
 
 /// A protocol's message, as the frame codec sees it.
 pub trait FrameMessage: Sized {
+    /// The protocol's name, for logs and metric labels (`uniffle`, `celeborn`).
+    const PROTOCOL: &'static str;
     /// The protocol's message type (what the header's type byte names).
     type Kind: Copy + fmt::Debug;
     /// The protocol's error, which carries the frame layer's.
@@ -39,6 +41,11 @@ pub trait FrameMessage: Sized {
     fn frame_body(&self) -> Option<&Bytes>;
     /// Appends the message part (the type's fields).
     fn encode_fields(&self, dst: &mut BytesMut) -> Result<(), Self::Error>;
+    /// Whether this frame only keeps the connection alive: the server drops it without
+    /// calling a handler.
+    fn is_heartbeat(&self) -> bool {
+        false
+    }
 }
 
 struct FrameHeader<K> {

@@ -15,13 +15,16 @@
 //! - [`FrameCodec`]: the tokio-util codec, generic over a protocol's [`FrameMessage`];
 //! - [`FieldReader`] and the `put_*` writers: big-endian integers, length-prefixed
 //!   byte arrays and strings (with Java `null` as length -1 where a protocol has it);
-//! - [`WireError`]: what can go wrong at this level, whatever the protocol.
+//! - [`WireError`]: what can go wrong at this level, whatever the protocol;
+//! - [`server`]: the TCP server every frame port runs (connection limits, backpressure,
+//!   one behaviour on bad frames and unencodable replies).
 //!
 //! What the type ids mean, and every message's fields, stay in the protocol crates.
 
 mod codec;
 mod error;
 mod fields;
+pub mod server;
 
 pub use codec::{frame_parts, FrameCodec, FrameMessage, DEFAULT_MAX_FRAME_SIZE, HEADER_LEN};
 pub use error::WireError;

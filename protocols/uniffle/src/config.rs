@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use switchyard_frame::server::ConnectionLimits;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -47,6 +48,9 @@ pub struct UniffleConfig {
     /// the node id. `None`: Uniffle's own `ip-grpcPort[-nettyPort]`.
     #[serde(skip)]
     pub server_id: Option<String>,
+    /// Connections of the Netty data plane and requests in flight per connection
+    /// (`[uniffle.connections]`). gRPC connections are tonic's and not limited here.
+    pub connections: ConnectionLimits,
 }
 
 impl Default for UniffleConfig {
@@ -68,6 +72,7 @@ impl Default for UniffleConfig {
                 "MEMORY_LOCALFILE".to_string(),
             )]),
             server_id: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }

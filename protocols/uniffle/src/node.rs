@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_frame::server::serve;
 use switchyard_storage::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -19,7 +20,8 @@ use crate::proto::coordinator_server_server::CoordinatorServerServer;
 use crate::proto::shuffle_server_server::ShuffleServerServer;
 use crate::proto::ShuffleServerId;
 use crate::server::grpc::ShuffleServerService;
-use crate::server::{netty, ShuffleServerCore};
+use crate::server::netty::NettyPort;
+use crate::server::ShuffleServerCore;
 
 /// Addresses the roles actually bound (ports may have been 0).
 #[derive(Debug, Clone)]
@@ -178,10 +180,11 @@ impl UniffleNode {
         }));
 
         if let Some(listener) = netty_listener {
-            tasks.push(tokio::spawn(netty::serve(
+            tasks.push(tokio::spawn(serve(
                 listener,
-                core.clone(),
+                NettyPort::new(core.clone()),
                 config.max_frame_size.as_u64() as usize,
+                config.connections,
                 cancel.clone(),
             )));
         }

@@ -16,6 +16,7 @@ use super::message::{Message, MessageType};
 pub type CelebornCodec = FrameCodec<Message>;
 
 impl FrameMessage for Message {
+    const PROTOCOL: &'static str = "celeborn";
     type Kind = MessageType;
     type Error = FrameError;
 
@@ -33,6 +34,10 @@ impl FrameMessage for Message {
     }
     fn encode_fields(&self, dst: &mut BytesMut) -> Result<(), FrameError> {
         Message::encode_fields(self, dst)
+    }
+    // Clients answer heartbeats; a server only learns the peer is alive.
+    fn is_heartbeat(&self) -> bool {
+        matches!(self, Message::Heartbeat)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The Celeborn Master and Worker roles of one process.
 //!
-//! - `conn`: the connection loop every port shares;
+//! - `conn`: the shared frame server's types for Celeborn's messages;
 //! - `rpc`: envelopes, the endpoint verifier, Java-serialized replies;
 //! - `master`: `MasterEndpoint` (applications, slots, quota, unregister);
 //! - `worker`: `WorkerEndpoint` (reserve, commit, destroy) and the push and

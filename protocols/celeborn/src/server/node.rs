@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_frame::server::serve;
 use switchyard_storage::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::conn;
 use super::master::MasterEndpoint;
 use super::rpc::RpcPort;
 use super::worker::{FetchPort, PushPort, WorkerAddr, WorkerState};
@@ -86,39 +86,45 @@ impl CelebornNode {
         };
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let max = config.max_frame_size.as_u64() as usize;
+        let limits = config.connections;
         let cancel = CancellationToken::new();
         let tasks = vec![
-            tokio::spawn(conn::serve(
+            tokio::spawn(serve(
                 master,
                 RpcPort::new(MasterEndpoint::new(worker.clone()), "master"),
                 max,
+                limits,
                 cancel.clone(),
             )),
-            tokio::spawn(conn::serve(
+            tokio::spawn(serve(
                 rpc,
                 RpcPort::new(
                     super::worker::WorkerEndpoint::new(worker.clone()),
                     "worker-rpc",
                 ),
                 max,
+                limits,
                 cancel.clone(),
             )),
-            tokio::spawn(conn::serve(
+            tokio::spawn(serve(
                 push,
                 PushPort::new(worker.clone(), "push"),
                 max,
+                limits,
                 cancel.clone(),
             )),
-            tokio::spawn(conn::serve(
+            tokio::spawn(serve(
                 fetch,
                 FetchPort::new(worker.clone()),
                 max,
+                limits,
                 cancel.clone(),
             )),
-            tokio::spawn(conn::serve(
+            tokio::spawn(serve(
                 replicate,
                 PushPort::new(worker.clone(), "replicate"),
                 max,
+                limits,
                 cancel.clone(),
             )),
         ];

@@ -43,7 +43,7 @@ impl<E: Endpoint> RpcPort<E> {
     }
 }
 
-impl<E: Endpoint> Handler for RpcPort<E> {
+impl<E: Endpoint> Handler<Message> for RpcPort<E> {
     fn port(&self) -> &'static str {
         self.port
     }

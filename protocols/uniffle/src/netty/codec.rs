@@ -18,6 +18,7 @@ use super::message::{Message, MessageType};
 pub type UniffleCodec = FrameCodec<Message>;
 
 impl FrameMessage for Message {
+    const PROTOCOL: &'static str = "uniffle";
     type Kind = MessageType;
     type Error = CodecError;
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::core::{IncomingBlock, ShuffleServerCore};
+use super::core::ShuffleServerCore;
+use super::wire::{self, Transport};
 use crate::error::UniffleError;
 use crate::proto::shuffle_server_server::ShuffleServer;
 use crate::proto::*;
@@ -25,17 +26,7 @@ impl ShuffleServerService {
 fn outcome<T>(r: &Result<T, UniffleError>, op: &'static str) -> (i32, String) {
     match r {
         Ok(_) => (StatusCode::Success as i32, String::new()),
-        Err(e) => {
-            let status = e.status();
-            if status == StatusCode::NoBuffer {
-                tracing::debug!(op, error = %e, "no buffer");
-            } else {
-                tracing::warn!(op, error = %e, "request failed");
-            }
-            metrics::counter!("switchyard_uniffle_errors_total", "op" => op, "status" => status.as_str_name())
-                .increment(1);
-            (status as i32, e.to_string())
-        }
+        Err(e) => (wire::failed(Transport::Grpc, op, e) as i32, e.to_string()),
     }
 }
 
@@ -103,21 +94,7 @@ impl ShuffleServer for ShuffleServerService {
         let partitions = r
             .shuffle_data
             .into_iter()
-            .map(|d| {
-                let blocks = d
-                    .block
-                    .into_iter()
-                    .map(|b| IncomingBlock {
-                        block_id: b.block_id,
-                        length: b.length,
-                        uncompress_length: b.uncompress_length,
-                        crc: b.crc,
-                        task_attempt_id: b.task_attempt_id,
-                        data: b.data,
-                    })
-                    .collect();
-                (d.partition_id, blocks)
-            })
+            .map(wire::grpc_partition)
             .collect();
         let result = self
             .core
@@ -184,18 +161,7 @@ impl ShuffleServer for ShuffleServerService {
         let (status, ret_msg) = outcome(&result, "getMemoryShuffleData");
         let data = result.unwrap_or_default();
         Ok(Response::new(GetMemoryShuffleDataResponse {
-            shuffle_data_block_segments: data
-                .segments
-                .iter()
-                .map(|s| ShuffleDataBlockSegment {
-                    block_id: s.block_id,
-                    offset: s.offset,
-                    length: s.length,
-                    uncompress_length: s.uncompress_length,
-                    crc: s.crc,
-                    task_attempt_id: s.task_attempt_id,
-                })
-                .collect(),
+            shuffle_data_block_segments: data.segments.iter().map(Into::into).collect(),
             data: data.data,
             status,
             ret_msg,

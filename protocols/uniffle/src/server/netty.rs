@@ -1,123 +1,52 @@
-//! The Netty data plane (`GRPC_NETTY` clients): a TCP server speaking
-//! [`UniffleCodec`] frames. Requests on one connection run concurrently and
-//! are answered in completion order, matched by request id.
+//! The Netty data plane (`GRPC_NETTY` clients): its port on the shared frame server
+//! (`switchyard_frame::server`), which runs the requests of a connection concurrently
+//! and answers them in completion order, matched by request id. This turns requests
+//! into core calls and results into replies.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_util::codec::FramedRead;
-use tokio_util::sync::CancellationToken;
+use switchyard_frame::server::{Handler, Replier};
 
-use super::core::{IncomingBlock, ShuffleServerCore};
+use super::core::ShuffleServerCore;
+use super::wire::{self, Transport};
 use crate::error::UniffleError;
 use crate::netty::{
-    BufferSegment, GetLocalShuffleDataResponse, GetLocalShuffleIndexResponse,
-    GetMemoryShuffleDataResponse, Message, ResponseHead, UniffleCodec,
+    GetLocalShuffleDataResponse, GetLocalShuffleIndexResponse, GetMemoryShuffleDataResponse,
+    Message, ResponseHead,
 };
 use crate::proto::StatusCode;
 
-/// Accepts connections until `cancel` fires.
-pub async fn serve(
-    listener: TcpListener,
+/// The handler of the Netty port.
+pub struct NettyPort {
     core: Arc<ShuffleServerCore>,
-    max_frame_size: usize,
-    cancel: CancellationToken,
-) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "netty accept failed");
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let core = core.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection(stream, peer, core, max_frame_size, cancel).await {
-                tracing::debug!(%peer, error = %e, "netty connection closed");
-            }
-        });
+}
+
+impl NettyPort {
+    pub fn new(core: Arc<ShuffleServerCore>) -> Arc<Self> {
+        Arc::new(NettyPort { core })
     }
 }
 
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    core: Arc<ShuffleServerCore>,
-    max_frame_size: usize,
-    cancel: CancellationToken,
-) -> Result<(), crate::netty::CodecError> {
-    let (read, mut write) = stream.into_split();
-    let mut frames = FramedRead::new(read, UniffleCodec::new(max_frame_size));
-    let (tx, mut rx) = mpsc::channel::<Message>(64);
-    // Replies are written as header + body straight from the data's own
-    // buffer: a 14 MiB read is never copied into a frame buffer.
-    let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            let (head, body) = match m.frame_parts() {
-                Ok(parts) => parts,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode a netty reply");
-                    return;
-                }
-            };
-            let written = async {
-                write.write_all(&head).await?;
-                if !body.is_empty() {
-                    write.write_all(&body).await?;
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            if let Err(e) = written.await {
-                tracing::debug!(error = %e, "netty write failed");
-                return;
-            }
+impl Handler<Message> for NettyPort {
+    fn port(&self) -> &'static str {
+        "netty"
+    }
+
+    async fn handle(self: Arc<Self>, message: Message, replier: Replier<Message>) {
+        if let Some(reply) = handle(&self.core, message).await {
+            replier.send(reply).await;
         }
-    });
-    loop {
-        let frame = tokio::select! {
-            _ = cancel.cancelled() => break,
-            f = frames.next() => f,
-        };
-        let message = match frame {
-            None => break,
-            Some(Ok(m)) => m,
-            Some(Err(e)) => {
-                // A malformed frame leaves the stream unsynchronised: close it.
-                tracing::warn!(%peer, error = %e, "bad netty frame; closing connection");
-                metrics::counter!("switchyard_uniffle_netty_bad_frames_total").increment(1);
-                break;
-            }
-        };
-        let core = core.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            if let Some(reply) = handle(&core, message).await {
-                let _ = tx.send(reply).await;
-            }
-        });
     }
-    drop(tx);
-    let _ = writer.await;
-    Ok(())
 }
 
-fn head(request_id: i64, r: &Result<impl Sized, UniffleError>) -> ResponseHead {
+fn head(request_id: i64, op: &'static str, r: &Result<impl Sized, UniffleError>) -> ResponseHead {
     match r {
         Ok(_) => ResponseHead::new(request_id, StatusCode::Success, None),
-        Err(e) => {
-            tracing::debug!(error = %e, "netty request failed");
-            ResponseHead::new(request_id, e.status(), Some(e.to_string()))
-        }
+        Err(e) => ResponseHead::new(
+            request_id,
+            wire::failed(Transport::Netty, op, e),
+            Some(e.to_string()),
+        ),
     }
 }
 
@@ -127,32 +56,22 @@ async fn handle(core: &ShuffleServerCore, message: Message) -> Option<Message> {
             let partitions = r
                 .partitions
                 .into_iter()
-                .map(|p| {
-                    let blocks = p
-                        .blocks
-                        .into_iter()
-                        .map(|b| IncomingBlock {
-                            block_id: b.block_id,
-                            length: b.length,
-                            uncompress_length: b.uncompress_length,
-                            crc: b.crc,
-                            task_attempt_id: b.task_attempt_id,
-                            data: b.data,
-                        })
-                        .collect();
-                    (p.partition_id, blocks)
-                })
+                .map(wire::netty_partition)
                 .collect();
             let result = core
                 .send_shuffle_data(&r.app_id, r.shuffle_id, r.require_buffer_id, partitions)
                 .await;
-            Some(Message::RpcResponse(head(r.request_id, &result)))
+            Some(Message::RpcResponse(head(
+                r.request_id,
+                "sendShuffleData",
+                &result,
+            )))
         }
         Message::GetLocalShuffleIndex(r) => {
             let result = core
                 .local_index(&r.app_id, r.shuffle_id, r.partition_id)
                 .await;
-            let head = head(r.request_id, &result);
+            let head = head(r.request_id, "getLocalShuffleIndex", &result);
             let index = result.unwrap_or_default();
             Some(Message::GetLocalShuffleIndexResponse(
                 GetLocalShuffleIndexResponse {
@@ -181,23 +100,12 @@ async fn handle(core: &ShuffleServerCore, message: Message) -> Option<Message> {
                         filter.as_ref(),
                     )
                 });
-            let head = head(r.request_id, &result);
+            let head = head(r.request_id, "getMemoryShuffleData", &result);
             let data = result.unwrap_or_default();
             Some(Message::GetMemoryShuffleDataResponse(
                 GetMemoryShuffleDataResponse {
                     head,
-                    segments: data
-                        .segments
-                        .iter()
-                        .map(|s| BufferSegment {
-                            block_id: s.block_id,
-                            offset: s.offset as i32,
-                            length: s.length,
-                            uncompress_length: s.uncompress_length,
-                            crc: s.crc,
-                            task_attempt_id: s.task_attempt_id,
-                        })
-                        .collect(),
+                    segments: data.segments.iter().map(Into::into).collect(),
                     data: data.data,
                 },
             ))
@@ -223,7 +131,7 @@ async fn local_data(
         .local_data(&r.app_id, r.shuffle_id, r.partition_id, r.offset, r.length)
         .await;
     Message::GetLocalShuffleDataResponse(GetLocalShuffleDataResponse {
-        head: head(r.request_id, &result),
+        head: head(r.request_id, "getLocalShuffleData", &result),
         data: result.unwrap_or_default(),
     })
 }

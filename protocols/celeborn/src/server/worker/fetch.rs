@@ -339,7 +339,7 @@ impl FetchPort {
     }
 }
 
-impl Handler for FetchPort {
+impl Handler<Message> for FetchPort {
     fn port(&self) -> &'static str {
         "fetch"
     }

@@ -245,7 +245,7 @@ impl PushPort {
     }
 }
 
-impl Handler for PushPort {
+impl Handler<Message> for PushPort {
     fn port(&self) -> &'static str {
         self.port
     }

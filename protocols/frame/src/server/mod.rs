@@ -1,0 +1,221 @@
+//! The one TCP server behind every frame port (Celeborn's master and worker ports,
+//! Uniffle's Netty data plane), generic over a protocol's [`FrameMessage`].
+//!
+//! [`serve`] accepts connections until its token is cancelled. Per connection:
+//! - a reader decodes frames and hands each to the port's [`Handler`] in a task of its
+//!   own, so requests run concurrently and are answered in completion order (clients
+//!   match replies by request id). A frame the handler marks [`Handler::ordered`] is
+//!   handled inline instead, before the next frame is read;
+//! - at most `max_in_flight_per_connection` handlers run at once; at that bound the
+//!   reader stops reading the socket until one finishes (backpressure through TCP, not
+//!   a queue in memory). Ordered frames count too; heartbeats are dropped unhandled;
+//! - a writer task sends what handlers give their [`Replier`], header and body from
+//!   their own buffers.
+//!
+//! Limits and failures, the same for every protocol:
+//! - **connection limit**: a port holds at most `max_connections`; one more is accepted
+//!   and closed at once, counted in `switchyard_connections_rejected_total` and logged at
+//!   most every 10 s, so its client fails fast instead of hanging in the backlog. A
+//!   connection keeps its place until its last handler is done;
+//! - **accept errors** (EMFILE, ENFILE, ENOBUFS) pause accepting for 1 s, as Netty does,
+//!   rather than spinning on the error; a connection reset before it was accepted is
+//!   skipped;
+//! - **bad frame** (a header or message that does not decode): the connection is closed
+//!   and counted in `switchyard_bad_frames_total`; a socket error closes it uncounted;
+//! - **a reply that cannot be encoded**: logged as an error, counted in
+//!   `switchyard_reply_encode_errors_total` and the connection closed, since its client
+//!   would otherwise wait for that reply until its timeout;
+//! - **shutdown**: cancelling the token stops accepting and closes every connection;
+//!   handlers already running finish, their replies are dropped.
+//!
+//! A closed connection cancels its [`Replier::closed`] token, so work that streams to it
+//! on its own (Celeborn's credit streams) stops.
+
+mod connection;
+mod limits;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+pub use connection::Replier;
+pub use limits::ConnectionLimits;
+
+use crate::FrameMessage;
+
+/// How long accepting pauses after an error such as EMFILE (Netty's server channel
+/// pauses its reads for 1 s too).
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// At most one log line per this long about connections refused at the limit.
+const REJECT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Handles the frames of one port.
+pub trait Handler<M>: Send + Sync + 'static {
+    /// Handles one frame; replies, if any, go through `replier`. Runs in a task of its
+    /// own unless [`Self::ordered`] says otherwise.
+    fn handle(self: Arc<Self>, message: M, replier: Replier<M>) -> impl Future<Output = ()> + Send;
+
+    /// The port's name, for logs and the `port` label of metrics.
+    fn port(&self) -> &'static str;
+
+    /// Whether `message` must be handled before the next frame of its connection is read
+    /// (Flink's map-partition records and regions, whose order is their meaning). Others
+    /// run concurrently.
+    fn ordered(&self, _message: &M) -> bool {
+        false
+    }
+}
+
+/// Accepts connections on `listener` and serves them with `handler` until `cancel` is
+/// cancelled. Incoming frames larger than `max_frame_size` are bad frames.
+pub async fn serve<M, H>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    max_frame_size: usize,
+    limits: ConnectionLimits,
+    cancel: CancellationToken,
+) where
+    M: FrameMessage + Send + 'static,
+    M::Kind: Send,
+    M::Error: fmt::Display + Send,
+    H: Handler<M>,
+{
+    let labels = Labels::of::<M, H>(&handler);
+    let max_connections = limits.max_connections.get().min(Semaphore::MAX_PERMITS);
+    let max_in_flight = limits
+        .max_in_flight_per_connection
+        .get()
+        .min(Semaphore::MAX_PERMITS);
+    let places = Arc::new(Semaphore::new(max_connections));
+    let mut rejected = RejectLog::default();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) if reset_before_accept(&e) => {
+                    tracing::debug!(protocol = labels.protocol, port = labels.port, error = %e, "connection reset before it was accepted");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(protocol = labels.protocol, port = labels.port, error = %e, "accept failed; pausing accepts for 1 s");
+                    metrics::counter!("switchyard_accept_errors_total", "protocol" => labels.protocol, "port" => labels.port)
+                        .increment(1);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                    }
+                }
+            },
+        };
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            drop(stream);
+            metrics::counter!("switchyard_connections_rejected_total", "protocol" => labels.protocol, "port" => labels.port)
+                .increment(1);
+            rejected.note(labels, peer, max_connections);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let _open = Open::new(labels, place);
+            connection::run(
+                stream,
+                peer,
+                handler,
+                max_frame_size,
+                max_in_flight,
+                &cancel,
+            )
+            .await;
+        });
+    }
+}
+
+/// Errors of one incoming connection, not of the listener: nothing to back off from.
+fn reset_before_accept(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// The labels of a port's logs and metrics.
+#[derive(Clone, Copy)]
+struct Labels {
+    protocol: &'static str,
+    port: &'static str,
+}
+
+impl Labels {
+    fn of<M: FrameMessage, H: Handler<M>>(handler: &H) -> Self {
+        Labels {
+            protocol: M::PROTOCOL,
+            port: handler.port(),
+        }
+    }
+}
+
+/// A connection's place in its port's limit and in the `switchyard_connections` gauge,
+/// given back on drop (also when a handler panics).
+struct Open {
+    gauge: metrics::Gauge,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Open {
+    fn new(labels: Labels, place: OwnedSemaphorePermit) -> Self {
+        let gauge = metrics::gauge!("switchyard_connections", "protocol" => labels.protocol, "port" => labels.port);
+        gauge.increment(1.0);
+        Open {
+            gauge,
+            _place: place,
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.gauge.decrement(1.0);
+    }
+}
+
+/// Logs connections refused at the limit at most once per [`REJECT_LOG_INTERVAL`]: a
+/// client retrying in a loop must not flood the log.
+#[derive(Default)]
+struct RejectLog {
+    last: Option<Instant>,
+    since_last: u64,
+}
+
+impl RejectLog {
+    fn note(&mut self, labels: Labels, peer: SocketAddr, limit: usize) {
+        self.since_last += 1;
+        if self.last.is_some_and(|t| t.elapsed() < REJECT_LOG_INTERVAL) {
+            return;
+        }
+        tracing::warn!(
+            protocol = labels.protocol,
+            port = labels.port,
+            %peer,
+            limit,
+            refused = self.since_last,
+            "connection limit reached; closing new connections"
+        );
+        self.last = Some(Instant::now());
+        self.since_last = 0;
+    }
+}

@@ -1,0 +1,447 @@
+//! The server against a tiny protocol of its own: requests that reply at once, block on
+//! a gate, sleep (optionally ordered) or ask for a reply that cannot be encoded.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::codec::{Encoder, FramedRead};
+use tokio_util::sync::CancellationToken;
+
+use super::{serve, ConnectionLimits, Handler, Replier};
+use crate::{FrameCodec, FrameMessage, WireError};
+
+const REQUEST: u8 = 1;
+const REPLY: u8 = 2;
+const HEARTBEAT: u8 = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Fast = 0,
+    /// Waits for a permit of the handler's gate.
+    Block = 1,
+    /// Sleeps `arg` ms, handled before the next frame is read.
+    OrderedSleep = 2,
+    /// Sleeps `arg` ms.
+    Sleep = 3,
+    /// Replies with a message that fails to encode.
+    BadReply = 4,
+}
+
+/// The reply id that fails to encode.
+const UNENCODABLE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Msg {
+    Request { id: u32, op: Op, tag: u8, arg: u32 },
+    Reply { id: u32 },
+    Heartbeat,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum TestError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    #[error("bad op {0}")]
+    BadOp(u8),
+    #[error("unencodable reply")]
+    Unencodable,
+}
+
+/// Requests decoded so far, by tag: each test uses its own tag.
+static DECODED: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+impl FrameMessage for Msg {
+    const PROTOCOL: &'static str = "test";
+    type Kind = u8;
+    type Error = TestError;
+
+    fn kind_from_id(id: u8) -> Result<u8, TestError> {
+        match id {
+            REQUEST | REPLY | HEARTBEAT => Ok(id),
+            other => Err(WireError::UnknownMessageType(other).into()),
+        }
+    }
+
+    fn decode_frame(kind: u8, mut message: Bytes, _body: Bytes) -> Result<Self, TestError> {
+        Ok(match kind {
+            REQUEST => {
+                let id = message.get_u32();
+                let op = match message.get_u8() {
+                    0 => Op::Fast,
+                    1 => Op::Block,
+                    2 => Op::OrderedSleep,
+                    3 => Op::Sleep,
+                    4 => Op::BadReply,
+                    other => return Err(TestError::BadOp(other)),
+                };
+                let tag = message.get_u8();
+                DECODED[tag as usize].fetch_add(1, Ordering::SeqCst);
+                Msg::Request {
+                    id,
+                    op,
+                    tag,
+                    arg: message.get_u32(),
+                }
+            }
+            REPLY => Msg::Reply {
+                id: message.get_u32(),
+            },
+            _ => Msg::Heartbeat,
+        })
+    }
+
+    fn kind_id(&self) -> u8 {
+        match self {
+            Msg::Request { .. } => REQUEST,
+            Msg::Reply { .. } => REPLY,
+            Msg::Heartbeat => HEARTBEAT,
+        }
+    }
+
+    fn frame_body(&self) -> Option<&Bytes> {
+        None
+    }
+
+    fn encode_fields(&self, dst: &mut BytesMut) -> Result<(), TestError> {
+        match *self {
+            Msg::Request { id, op, tag, arg } => {
+                dst.put_u32(id);
+                dst.put_u8(op as u8);
+                dst.put_u8(tag);
+                dst.put_u32(arg);
+            }
+            Msg::Reply { id: UNENCODABLE } => return Err(TestError::Unencodable),
+            Msg::Reply { id } => dst.put_u32(id),
+            Msg::Heartbeat => dst.put_u8(0),
+        }
+        Ok(())
+    }
+
+    fn is_heartbeat(&self) -> bool {
+        matches!(self, Msg::Heartbeat)
+    }
+}
+
+struct TestHandler {
+    gate: Semaphore,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+    done: AtomicUsize,
+    /// Ids of sleeping requests, in the order they finished.
+    finished: Mutex<Vec<u32>>,
+    /// Frames other than requests that reached the handler.
+    unexpected: AtomicUsize,
+}
+
+impl TestHandler {
+    fn new() -> Self {
+        TestHandler {
+            gate: Semaphore::new(0),
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            finished: Mutex::new(Vec::new()),
+            unexpected: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Handler<Msg> for TestHandler {
+    fn port(&self) -> &'static str {
+        "test"
+    }
+
+    fn ordered(&self, message: &Msg) -> bool {
+        matches!(
+            message,
+            Msg::Request {
+                op: Op::OrderedSleep,
+                ..
+            }
+        )
+    }
+
+    async fn handle(self: Arc<Self>, message: Msg, replier: Replier<Msg>) {
+        let Msg::Request { id, op, arg, .. } = message else {
+            self.unexpected.fetch_add(1, Ordering::SeqCst);
+            return;
+        };
+        let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(running, Ordering::SeqCst);
+        let reply = match op {
+            Op::Fast => id,
+            Op::Block => {
+                self.gate.acquire().await.expect("open").forget();
+                id
+            }
+            Op::OrderedSleep | Op::Sleep => {
+                tokio::time::sleep(Duration::from_millis(arg.into())).await;
+                self.finished.lock().unwrap().push(id);
+                id
+            }
+            Op::BadReply => UNENCODABLE,
+        };
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        replier.send(Msg::Reply { id: reply }).await;
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    handler: Arc<TestHandler>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+async fn start(max_connections: usize, max_in_flight: usize) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handler = Arc::new(TestHandler::new());
+    let cancel = CancellationToken::new();
+    let limits = ConnectionLimits::new(max_connections, max_in_flight).unwrap();
+    tokio::spawn(serve(
+        listener,
+        handler.clone(),
+        1 << 20,
+        limits,
+        cancel.clone(),
+    ));
+    Server {
+        addr,
+        handler,
+        cancel,
+    }
+}
+
+struct Client {
+    replies: FramedRead<OwnedReadHalf, FrameCodec<Msg>>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr) -> Client {
+        let (read, write) = TcpStream::connect(addr).await.unwrap().into_split();
+        Client {
+            replies: FramedRead::new(read, FrameCodec::default()),
+            write,
+        }
+    }
+
+    async fn send(&mut self, messages: &[Msg]) {
+        let mut buf = BytesMut::new();
+        let mut codec = FrameCodec::<Msg>::default();
+        for m in messages {
+            codec.encode(m, &mut buf).unwrap();
+        }
+        self.write.write_all(&buf).await.unwrap();
+    }
+
+    /// The id of the next reply; None if the connection closed first.
+    async fn reply(&mut self) -> Option<u32> {
+        let next = tokio::time::timeout(Duration::from_secs(10), self.replies.next())
+            .await
+            .expect("no reply within 10 s");
+        match next {
+            Some(Ok(Msg::Reply { id })) => Some(id),
+            Some(Ok(other)) => panic!("not a reply: {other:?}"),
+            Some(Err(_)) | None => None,
+        }
+    }
+
+    /// Sends a fast request and returns whether it was answered.
+    async fn served(&mut self, id: u32) -> bool {
+        let _ = self
+            .write
+            .write_all(&encoded(&[request(id, Op::Fast, 0, 0)]))
+            .await;
+        self.reply().await == Some(id)
+    }
+
+    /// Whether the server closes the connection within 5 s (end of stream or reset).
+    async fn closed(&mut self) -> bool {
+        match tokio::time::timeout(Duration::from_secs(5), self.replies.next()).await {
+            Err(_) => false,
+            Ok(None) | Ok(Some(Err(_))) => true,
+            Ok(Some(Ok(m))) => panic!("a frame on a connection expected to close: {m:?}"),
+        }
+    }
+}
+
+fn request(id: u32, op: Op, tag: u8, arg: u32) -> Msg {
+    Msg::Request { id, op, tag, arg }
+}
+
+fn encoded(messages: &[Msg]) -> BytesMut {
+    let mut buf = BytesMut::new();
+    for m in messages {
+        FrameCodec::<Msg>::default().encode(m, &mut buf).unwrap();
+    }
+    buf
+}
+
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+#[tokio::test]
+async fn in_flight_bound_stops_reading() {
+    const BOUND: usize = 4;
+    const SENT: u32 = 20;
+    const TAG: usize = 1;
+    let server = start(16, BOUND).await;
+    let h = &server.handler;
+    let mut client = Client::connect(server.addr).await;
+    let requests: Vec<Msg> = (0..SENT)
+        .map(|id| request(id, Op::Block, TAG as u8, 0))
+        .collect();
+    client.send(&requests).await;
+
+    wait_until("the bound is reached", || {
+        h.running.load(Ordering::SeqCst) >= BOUND
+    })
+    .await;
+    // Give a reader that ignores the bound time to go on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(h.max_running.load(Ordering::SeqCst), BOUND);
+    // Not read, not merely queued: the frames past the bound were never decoded.
+    assert_eq!(DECODED[TAG].load(Ordering::SeqCst), BOUND);
+
+    h.gate.add_permits(SENT as usize);
+    let mut ids = Vec::new();
+    for _ in 0..SENT {
+        ids.push(client.reply().await.expect("a reply"));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (0..SENT).collect::<Vec<_>>());
+    assert_eq!(h.done.load(Ordering::SeqCst), SENT as usize);
+    assert_eq!(h.max_running.load(Ordering::SeqCst), BOUND);
+    assert_eq!(DECODED[TAG].load(Ordering::SeqCst), SENT as usize);
+}
+
+#[tokio::test]
+async fn connection_limit_closes_the_extra_connection() {
+    let server = start(2, 8).await;
+    let mut first = Client::connect(server.addr).await;
+    let mut second = Client::connect(server.addr).await;
+    // Answered, so both are accepted before the third connects.
+    assert!(first.served(1).await);
+    assert!(second.served(2).await);
+
+    let mut third = Client::connect(server.addr).await;
+    let _ = third
+        .write
+        .write_all(&encoded(&[request(3, Op::Fast, 0, 0)]))
+        .await;
+    assert!(
+        third.closed().await,
+        "the connection over the limit stays open"
+    );
+    assert!(first.served(4).await);
+    assert!(second.served(5).await);
+
+    // A closed connection gives its place back.
+    drop(first);
+    let mut served = false;
+    for attempt in 0..100 {
+        let mut c = Client::connect(server.addr).await;
+        if c.served(10 + attempt).await {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "no place freed after a connection closed");
+    assert!(second.served(6).await);
+}
+
+#[tokio::test]
+async fn bad_frame_closes_only_its_connection() {
+    let server = start(16, 8).await;
+    let mut bad = Client::connect(server.addr).await;
+    let mut good = Client::connect(server.addr).await;
+    assert!(bad.served(1).await);
+    // A header naming message type 99, which the protocol does not have.
+    bad.write
+        .write_all(&[0, 0, 0, 1, 99, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    assert!(bad.closed().await, "a bad frame left the connection open");
+    assert!(good.served(2).await);
+    let mut later = Client::connect(server.addr).await;
+    assert!(later.served(3).await);
+}
+
+#[tokio::test]
+async fn unencodable_reply_closes_the_connection() {
+    let server = start(16, 8).await;
+    let mut client = Client::connect(server.addr).await;
+    let mut other = Client::connect(server.addr).await;
+    client.send(&[request(1, Op::BadReply, 0, 0)]).await;
+    assert!(
+        client.closed().await,
+        "a reply that cannot be encoded left its client waiting"
+    );
+    assert!(other.served(2).await);
+}
+
+#[tokio::test]
+async fn ordered_frames_run_in_order_before_the_next_frame() {
+    let server = start(16, 64).await;
+    let mut client = Client::connect(server.addr).await;
+    // Earlier frames sleep longer: run concurrently, they would finish in reverse.
+    let mut frames: Vec<Msg> = (0..8)
+        .map(|id| request(id, Op::OrderedSleep, 0, (8 - id) * 10))
+        .collect();
+    frames.insert(3, Msg::Heartbeat);
+    // A concurrent frame after them is read only once they are done.
+    frames.push(request(100, Op::Sleep, 0, 0));
+    client.send(&frames).await;
+    for _ in 0..9 {
+        client.reply().await.expect("a reply");
+    }
+    let mut expected: Vec<u32> = (0..8).collect();
+    expected.push(100);
+    assert_eq!(*server.handler.finished.lock().unwrap(), expected);
+    assert_eq!(server.handler.unexpected.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn shutdown_closes_connections() {
+    let server = start(16, 8).await;
+    let mut client = Client::connect(server.addr).await;
+    assert!(client.served(1).await);
+    server.cancel.cancel();
+    assert!(client.closed().await);
+    let mut buf = [0u8; 1];
+    let refused = match TcpStream::connect(server.addr).await {
+        Err(_) => true,
+        Ok(mut s) => matches!(
+            tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        ),
+    };
+    assert!(refused, "a new connection was served after shutdown");
+}
