@@ -1,14 +1,16 @@
 //! Runs the built `switchyard` binary: `serve` with built-in defaults in a
 //! temporary working directory, admin HTTP checks, then SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+mod common;
+use common::{clear_switchyard_env, http_get as get};
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
@@ -66,38 +68,9 @@ impl Drop for Server {
     }
 }
 
-/// The test must not pick up a developer's own overrides.
-fn clear_switchyard_env(cmd: &mut Command) {
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("SWITCHYARD_") || name == "RUST_LOG" {
-            cmd.env_remove(name);
-        }
-    }
-}
-
 fn free_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
-}
-
-/// A minimal HTTP/1.0 GET: (status code, body).
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {response:?}")))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    Ok((code, body.to_string()))
 }
 
 #[test]

@@ -18,8 +18,8 @@
 //! ```
 
 use std::fs::OpenOptions;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+use super::{clear_switchyard_env, http_get};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
@@ -229,11 +231,7 @@ impl Cluster {
             .stdout(log)
             .stderr(err);
         // The config file is what runs, not a developer's own overrides.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("SWITCHYARD_") || name == "RUST_LOG" {
-                cmd.env_remove(name);
-            }
-        }
+        clear_switchyard_env(&mut cmd);
         node.child = Some(cmd.spawn().expect("start switchyard"));
         node.wait_ready();
         Ok(())
@@ -420,24 +418,4 @@ fn check_ports_free(index: usize, ip: Ipv4Addr) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A minimal HTTP/1.0 GET: (status code, body).
-pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {response:?}")))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    Ok((code, body.to_string()))
 }
