@@ -5,7 +5,8 @@
 //! - [`proto`]: the protobuf messages (`proto/celeborn.proto`);
 //! - [`TransportMessage`]: a message type number + protobuf payload, the unit of every
 //!   control message, with its push/fetch-port byte form;
-//! - [`StatusCode`]: the status numbers clients understand;
+//! - [`StatusCode`]: the status numbers clients understand; [`modes`]: split mode and
+//!   partition type;
 //! - [`frame`]: the 9-byte-header transport framing shared by every port;
 //! - [`rpc`]: the NettyRpcEnv layer of the master/worker RPC ports (envelope, the Java
 //!   serialization subset, the endpoint-verifier handshake).
@@ -13,6 +14,7 @@
 pub mod client;
 pub mod config;
 pub mod frame;
+pub mod modes;
 pub mod proto;
 pub mod rpc;
 pub mod server;

@@ -637,6 +637,39 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     let c: PbCommitFilesResponse = decode(&r).unwrap();
     assert_eq!(c.status, StatusCode::ShuffleUnregistered.as_i32());
     assert_eq!(c.failed_primary_ids, vec!["0-0".to_string()]);
+    // A partition type no stock client sends (MAPGROUP) is refused, not
+    // guessed, and the shuffle is not set up.
+    let r = lm
+        .worker
+        .ask(
+            endpoint::WORKER,
+            TransportMessage::new(
+                MessageType::ReserveSlots,
+                &PbReserveSlots {
+                    application_id: "app-mapgroup".into(),
+                    shuffle_id: 0,
+                    partition_type: 2,
+                    primary_locations: vec![PbPartitionLocation {
+                        id: 0,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let reserve: PbReserveSlotsResponse = decode(&r).unwrap();
+    assert_eq!(reserve.status, StatusCode::ReserveSlotsFailed.as_i32());
+    assert!(reserve.reason.contains("MAPGROUP"), "{}", reserve.reason);
+    let err = push
+        .push("app-mapgroup-0", "0-0", batch(0, 0, 1, b"x"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with("PUSH_DATA_FAIL_PARTITION_NOT_FOUND"),
+        "a Spark push failure is the bare status name: {err}"
+    );
     // Opening a stream of something never written.
     let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
         .await

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::error::CelebornError;
 use super::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use super::worker::WorkerState;
 use crate::proto::*;
@@ -25,7 +26,10 @@ impl Endpoint for MasterEndpoint {
         endpoint::MASTER
     }
 
-    async fn receive(self: Arc<Self>, tm: TransportMessage) -> Result<TransportMessage, String> {
+    async fn receive(
+        self: Arc<Self>,
+        tm: TransportMessage,
+    ) -> Result<TransportMessage, CelebornError> {
         let store = &self.worker.store;
         match tm.kind() {
             Some(MessageType::RegisterApplicationInfo) => {
@@ -131,10 +135,10 @@ impl Endpoint for MasterEndpoint {
                     status: StatusCode::Success.as_i32(),
                 },
             )),
-            _ => Err(format!(
-                "MasterEndpoint does not handle message type {}",
-                tm.message_type
-            )),
+            _ => Err(CelebornError::Unsupported {
+                handler: "MasterEndpoint",
+                message_type: tm.message_type,
+            }),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::conn::{Handler, Replier};
+use super::error::CelebornError;
 use crate::frame::Message;
 use crate::rpc::{encode_boolean, encode_reply, endpoint, RequestMessage, RpcContent};
 use crate::transport_message::TransportMessage;
@@ -15,9 +16,14 @@ use crate::transport_message::TransportMessage;
 pub(crate) const STORAGE_TYPE_HDD: i32 = 1;
 
 /// Decodes a control message's payload, or says which type did not decode.
-pub(crate) fn decode<M: prost::Message + Default>(tm: &TransportMessage) -> Result<M, String> {
+pub(crate) fn decode<M: prost::Message + Default>(
+    tm: &TransportMessage,
+) -> Result<M, CelebornError> {
     tm.decode_payload()
-        .map_err(|e| format!("bad payload for message type {}: {e}", tm.message_type))
+        .map_err(|source| CelebornError::BadPayload {
+            message_type: tm.message_type,
+            source,
+        })
 }
 
 /// A named RPC endpoint (`MasterEndpoint`, `WorkerEndpoint`).
@@ -29,7 +35,7 @@ pub trait Endpoint: Send + Sync + 'static {
     fn receive(
         self: Arc<Self>,
         message: TransportMessage,
-    ) -> impl Future<Output = Result<TransportMessage, String>> + Send;
+    ) -> impl Future<Output = Result<TransportMessage, CelebornError>> + Send;
 }
 
 pub struct RpcPort<E> {
@@ -58,7 +64,7 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
             }
         };
         let reply = match RequestMessage::decode(body) {
-            Err(e) => Err(format!("cannot decode the request: {e}")),
+            Err(e) => Err(CelebornError::Undecodable(e.to_string())),
             Ok(request) => match request.content {
                 RpcContent::CheckExistence { name } => {
                     let exists = name == self.endpoint.name();
@@ -69,18 +75,21 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
                     if request.endpoint != self.endpoint.name()
                         && request.endpoint != endpoint::VERIFIER
                     {
-                        Err(format!("no endpoint {} here", request.endpoint))
+                        Err(CelebornError::NoEndpoint(request.endpoint))
                     } else {
                         match self.endpoint.clone().receive(tm).await {
                             Ok(reply) => encode_reply(&reply)
-                                .map_err(|e| format!("cannot encode the reply: {e}")),
+                                .map_err(|e| CelebornError::Encode(e.to_string())),
                             Err(e) => Err(e),
                         }
                     }
                 }
-                RpcContent::Boolean(_) => Err("a Boolean is a reply, not a request".into()),
+                RpcContent::Boolean(_) => Err(CelebornError::NotARequest),
             },
         };
+        if let Err(e) = &reply {
+            e.count(self.port);
+        }
         let Some(request_id) = request_id else {
             if let Err(e) = reply {
                 tracing::warn!(port = self.port, error = %e, "one-way message failed");
@@ -89,9 +98,12 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
         };
         let frame = match reply {
             Ok(body) => Message::RpcResponse { request_id, body },
-            Err(error) => {
-                tracing::warn!(port = self.port, error = %error, "request failed");
-                Message::RpcFailure { request_id, error }
+            Err(e) => {
+                tracing::warn!(port = self.port, status = %e.status(), error = %e, "request failed");
+                Message::RpcFailure {
+                    request_id,
+                    error: e.client_text(),
+                }
             }
         };
         replier.send(frame).await;

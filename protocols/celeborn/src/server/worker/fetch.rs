@@ -11,6 +11,7 @@ use super::state::{parse_unique_id, split_shuffle_key, Location, WorkerState};
 use crate::frame::{Message, StreamChunkSlice};
 use crate::proto::*;
 use crate::server::conn::{Handler, Replier};
+use crate::server::error::CelebornError;
 use crate::status::StatusCode;
 use crate::transport_message::{DataPlaneBody, TransportMessage};
 
@@ -29,17 +30,17 @@ impl FetchPort {
         &self,
         shuffle_key: &str,
         file_name: &str,
-    ) -> Result<Option<Arc<Location>>, String> {
+    ) -> Result<Option<Arc<Location>>, CelebornError> {
         let Some(shuffle) = self.state.shuffle(shuffle_key).filter(|s| s.is_map()) else {
             return Ok(None);
         };
         let (uid, mode) = file_name
             .rsplit_once('-')
-            .ok_or_else(|| format!("bad file name {file_name:?}"))?;
+            .ok_or_else(|| bad_file(file_name))?;
         shuffle
             .location(uid, mode == "1")
             .map(Some)
-            .ok_or_else(|| format!("unknown map partition {shuffle_key}/{file_name}"))
+            .ok_or_else(|| CelebornError::UnknownMapPartition(format!("{shuffle_key}/{file_name}")))
     }
 
     /// Opens a credit stream over sub-partitions `[start, end]` of a map
@@ -56,17 +57,17 @@ impl FetchPort {
             let (start, end) = (r.start_index, r.end_index);
             let subs = meta.num_sub_partitions();
             // A location without a handshake never got data: an empty stream.
+            let file = || format!("{}/{}", r.shuffle_key, r.file_name);
             if subs > 0 && (start < 0 || end < start || end >= subs) {
-                return Err(format!(
-                    "sub-partition range [{start}, {end}] is outside [0, {subs}) of {}/{}",
-                    r.shuffle_key, r.file_name
-                ));
+                return Err(CelebornError::SubPartitionRange {
+                    start,
+                    end,
+                    count: subs,
+                    file: file(),
+                });
             }
             if !loc.committed.load(std::sync::atomic::Ordering::Acquire) {
-                return Err(format!(
-                    "{}/{} is not committed yet",
-                    r.shuffle_key, r.file_name
-                ));
+                return Err(CelebornError::NotCommitted(file()));
             }
             self.state
                 .store
@@ -76,15 +77,19 @@ impl FetchPort {
                     CREDIT_BATCH_BYTES,
                 )
                 .await
-                .map_err(|e| format!("cannot open {}/{}: {e}", r.shuffle_key, r.file_name))
+                .map_err(|e| CelebornError::open(file(), e))
         }
         .await;
         let view = match opened {
             Ok(v) => v,
-            Err(error) => {
-                tracing::warn!(%error, "credit stream not opened");
+            Err(e) => {
+                e.count("fetch");
+                tracing::warn!(status = %e.status(), error = %e, "credit stream not opened");
                 replier
-                    .send(Message::RpcFailure { request_id, error })
+                    .send(Message::RpcFailure {
+                        request_id,
+                        error: e.client_text(),
+                    })
                     .await;
                 return;
             }
@@ -149,14 +154,16 @@ impl FetchPort {
         start: i32,
         end: i32,
         with_offsets: bool,
-    ) -> Result<PbStreamHandler, String> {
-        let (app, shuffle) = split_shuffle_key(shuffle_key)
-            .ok_or_else(|| format!("bad shuffle key {shuffle_key:?}"))?;
+    ) -> Result<PbStreamHandler, CelebornError> {
+        let (app, shuffle) =
+            split_shuffle_key(shuffle_key).ok_or_else(|| CelebornError::BadName {
+                what: "shuffle key",
+                value: shuffle_key.to_string(),
+            })?;
         let (uid, mode) = file_name
             .rsplit_once('-')
-            .ok_or_else(|| format!("bad file name {file_name:?}"))?;
-        let (id, epoch) =
-            parse_unique_id(uid).ok_or_else(|| format!("bad file name {file_name:?}"))?;
+            .ok_or_else(|| bad_file(file_name))?;
+        let (id, epoch) = parse_unique_id(uid).ok_or_else(|| bad_file(file_name))?;
         let key = switchyard_storage::PartitionKey::new(app, shuffle, id)
             .with_epoch(epoch)
             .with_replica(mode == "1");
@@ -169,7 +176,7 @@ impl FetchPort {
             .store
             .open_view(&key, maps, self.state.config.chunk_size.as_u64())
             .await
-            .map_err(|e| format!("cannot open {shuffle_key}/{file_name}: {e}"))?;
+            .map_err(|e| CelebornError::open(format!("{shuffle_key}/{file_name}"), e))?;
         let chunk_offsets = if with_offsets {
             view.chunk_offsets()
                 .unwrap_or_default()
@@ -205,37 +212,40 @@ impl FetchPort {
                 .streams
                 .get(&slice.stream_id)
                 .map(|v| v.clone())
-                .ok_or_else(|| format!("unknown stream {}", slice.stream_id))?;
+                .ok_or(CelebornError::UnknownStream(slice.stream_id))?;
             stream.touch();
             let view = &stream.view;
             let index = usize::try_from(slice.chunk_index)
-                .map_err(|_| "negative chunk index".to_string())?;
-            let data = self
-                .state
-                .store
-                .read_chunk(view, index)
-                .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| CelebornError::BadSlice("chunk index"))?;
+            let data = self.state.store.read_chunk(view, index).await?;
             let offset = usize::try_from(slice.offset)
-                .map_err(|_| "negative offset".to_string())?
+                .map_err(|_| CelebornError::BadSlice("offset"))?
                 .min(data.len());
             let len = usize::try_from(slice.len)
                 .unwrap_or(0)
                 .min(data.len() - offset);
-            Ok::<Bytes, String>(data.slice(offset..offset + len))
+            Ok::<Bytes, CelebornError>(data.slice(offset..offset + len))
         }
         .await;
         match result {
             Ok(body) => Message::ChunkFetchSuccess { slice, body },
-            Err(error) => {
-                tracing::warn!(stream = slice.stream_id, chunk = slice.chunk_index, %error, "chunk fetch failed");
-                Message::ChunkFetchFailure { slice, error }
+            Err(e) => {
+                e.count("fetch");
+                tracing::warn!(stream = slice.stream_id, chunk = slice.chunk_index, error = %e, "chunk fetch failed");
+                Message::ChunkFetchFailure {
+                    slice,
+                    error: e.client_text(),
+                }
             }
         }
     }
 
     async fn rpc(&self, request_id: i64, tm: TransportMessage, replier: &Replier) {
-        let reply: Result<Option<TransportMessage>, String> = match tm.kind() {
+        let bad = |source| CelebornError::BadPayload {
+            message_type: tm.message_type,
+            source,
+        };
+        let reply: Result<Option<TransportMessage>, CelebornError> = match tm.kind() {
             Some(MessageType::OpenStream) => match tm.decode_payload::<PbOpenStream>() {
                 Ok(r) => match self.map_location(&r.shuffle_key, &r.file_name) {
                     Ok(Some(loc)) => return self.open_credit(request_id, loc, r, replier).await,
@@ -251,14 +261,14 @@ impl FetchPort {
                         .map(|h| Some(TransportMessage::new(MessageType::StreamHandler, &h))),
                     Err(e) => Err(e),
                 },
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(bad(e)),
             },
             Some(MessageType::ReadAddCredit) => match tm.decode_payload::<PbReadAddCredit>() {
                 Ok(r) => {
                     self.add_credit(r.stream_id, r.credit);
                     Ok(None)
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(bad(e)),
             },
             Some(MessageType::BatchOpenStream) => match tm.decode_payload::<PbOpenStreamList>() {
                 Ok(r) => {
@@ -276,11 +286,14 @@ impl FetchPort {
                                     stream_handler: Some(h),
                                     error_msg: String::new(),
                                 },
-                                Err(e) => PbStreamHandlerOpt {
-                                    status: StatusCode::OpenStreamFailed.as_i32(),
-                                    stream_handler: None,
-                                    error_msg: e,
-                                },
+                                Err(e) => {
+                                    e.count("fetch");
+                                    PbStreamHandlerOpt {
+                                        status: StatusCode::OpenStreamFailed.as_i32(),
+                                        stream_handler: None,
+                                        error_msg: e.client_text(),
+                                    }
+                                }
                             },
                         );
                     }
@@ -291,7 +304,7 @@ impl FetchPort {
                         },
                     )))
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(bad(e)),
             },
             Some(MessageType::ChunkFetchRequest) => {
                 // Answered with a chunk frame, never an RpcResponse.
@@ -316,10 +329,10 @@ impl FetchPort {
                 }
                 return; // fire-and-forget
             }
-            _ => Err(format!(
-                "the fetch port does not handle message type {}",
-                tm.message_type
-            )),
+            _ => Err(CelebornError::Unsupported {
+                handler: "the fetch port",
+                message_type: tm.message_type,
+            }),
         };
         let frame = match reply {
             Ok(Some(tm)) => Message::RpcResponse {
@@ -330,12 +343,23 @@ impl FetchPort {
                 request_id,
                 body: Bytes::new(),
             },
-            Err(error) => {
-                tracing::warn!(%error, "fetch request failed");
-                Message::RpcFailure { request_id, error }
+            Err(e) => {
+                e.count("fetch");
+                tracing::warn!(status = %e.status(), error = %e, "fetch request failed");
+                Message::RpcFailure {
+                    request_id,
+                    error: e.client_text(),
+                }
             }
         };
         replier.send(frame).await;
+    }
+}
+
+fn bad_file(file_name: &str) -> CelebornError {
+    CelebornError::BadName {
+        what: "file name",
+        value: file_name.to_string(),
     }
 }
 
@@ -346,28 +370,24 @@ impl Handler<Message> for FetchPort {
 
     async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
         match message {
-            Message::RpcRequest { request_id, body } => match DataPlaneBody::decode(body) {
-                Ok(DataPlaneBody::Transport(tm)) => self.rpc(request_id, tm, &replier).await,
-                Ok(DataPlaneBody::Legacy(m)) => {
-                    replier
-                        .send(Message::RpcFailure {
-                            request_id,
-                            error: format!(
-                                "legacy request {:?} is not supported",
-                                m.message_type()
-                            ),
-                        })
-                        .await;
-                }
-                Err(e) => {
-                    replier
-                        .send(Message::RpcFailure {
-                            request_id,
-                            error: format!("cannot decode the request: {e}"),
-                        })
-                        .await;
-                }
-            },
+            Message::RpcRequest { request_id, body } => {
+                let e = match DataPlaneBody::decode(body) {
+                    Ok(DataPlaneBody::Transport(tm)) => {
+                        return self.rpc(request_id, tm, &replier).await
+                    }
+                    Ok(DataPlaneBody::Legacy(m)) => {
+                        CelebornError::UnsupportedLegacy(format!("{:?}", m.message_type()))
+                    }
+                    Err(e) => CelebornError::Undecodable(e.to_string()),
+                };
+                e.count("fetch");
+                replier
+                    .send(Message::RpcFailure {
+                        request_id,
+                        error: e.client_text(),
+                    })
+                    .await;
+            }
             // ≤0.3 clients fetch with a raw frame.
             Message::ChunkFetchRequest(slice) => {
                 replier.send(self.chunk(slice).await).await;

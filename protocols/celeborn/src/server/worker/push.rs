@@ -4,8 +4,8 @@
 //! A batch is kept verbatim (its 16-byte little-endian header included); the
 //! reader parses it. Replies: empty (or `00` for merged pushes) = written;
 //! `16` SOFT_SPLIT = written, split soon; `15` HARD_SPLIT = not written,
-//! revive and resend; `0F` MAP_ENDED; errors as RPC_FAILURE with the status
-//! name, which the client matches by prefix.
+//! revive and resend; `0F` MAP_ENDED; errors ([`CelebornError`]) as
+//! RPC_FAILURE with the status name, which the client matches by prefix.
 //!
 //! Map partitions (Flink) add a handshake and region start/finish RPCs, and
 //! records with a big-endian header whose order within a region matters:
@@ -16,12 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use switchyard_storage::{Block, BlockMeta, StorageError};
+use switchyard_storage::{Block, BlockMeta};
 
 use super::state::{Location, ShuffleState, WorkerState};
 use crate::frame::{Message, Mode, PushData};
+use crate::modes::SplitMode;
 use crate::proto::{MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart};
 use crate::server::conn::{Handler, Replier};
+use crate::server::error::{CelebornError, MapStage};
 use crate::status::StatusCode;
 use crate::transport_message::{DataPlaneBody, TransportMessage};
 
@@ -47,14 +49,17 @@ enum MapControl {
 }
 
 impl MapRequest {
-    fn from_transport(tm: &TransportMessage) -> Result<MapRequest, String> {
+    fn from_transport(tm: &TransportMessage) -> Result<MapRequest, CelebornError> {
         let request = |shuffle_key, unique_id, mode: i32, control| MapRequest {
             shuffle_key,
             unique_id,
             replica: mode == Mode::Replica as i32,
             control,
         };
-        let bad = |e: prost::DecodeError| e.to_string();
+        let bad = |source| CelebornError::BadPayload {
+            message_type: tm.message_type,
+            source,
+        };
         Ok(match tm.kind() {
             Some(MessageType::PushDataHandShake) => {
                 let r: PbPushDataHandShake = tm.decode_payload().map_err(bad)?;
@@ -82,15 +87,15 @@ impl MapRequest {
                 )
             }
             _ => {
-                return Err(format!(
-                    "the push port does not handle message type {}",
-                    tm.message_type
-                ))
+                return Err(CelebornError::Unsupported {
+                    handler: "the push port",
+                    message_type: tm.message_type,
+                })
             }
         })
     }
 
-    fn from_legacy(m: Message) -> Result<MapRequest, String> {
+    fn from_legacy(m: Message) -> Result<MapRequest, CelebornError> {
         let (shuffle_key, unique_id, mode, control) = match m {
             Message::PushDataHandShake(h) => (
                 h.shuffle_key,
@@ -117,10 +122,10 @@ impl MapRequest {
                 MapControl::RegionFinish,
             ),
             other => {
-                return Err(format!(
-                    "legacy request {:?} is not supported",
+                return Err(CelebornError::UnsupportedLegacy(format!(
+                    "{:?}",
                     other.message_type()
-                ))
+                )))
             }
         };
         Ok(MapRequest {
@@ -153,7 +158,7 @@ impl PushPort {
 enum Verdict {
     Write(Arc<Location>, bool /* soft split */),
     Reply(StatusCode),
-    Fail(StatusCode),
+    Fail(CelebornError),
 }
 
 /// mapId and batchId from a batch header (little-endian i32s).
@@ -166,9 +171,17 @@ fn header(batch: &[u8]) -> Option<(i32, i32)> {
     Some((map_id, batch_id))
 }
 
-fn judge(shuffle: Option<&Arc<ShuffleState>>, uid: &str, replica: bool, batch: &[u8]) -> Verdict {
+fn judge(
+    shuffle_key: &str,
+    shuffle: Option<&Arc<ShuffleState>>,
+    uid: &str,
+    replica: bool,
+    batch: &[u8],
+) -> Verdict {
     let Some(shuffle) = shuffle else {
-        return Verdict::Fail(StatusCode::PushDataFailPartitionNotFound);
+        return Verdict::Fail(CelebornError::PartitionNotFound(format!(
+            "unknown shuffle {shuffle_key}"
+        )));
     };
     let map_id = header(batch).map(|h| h.0).unwrap_or(-1);
     match shuffle.location(uid, replica) {
@@ -178,7 +191,7 @@ fn judge(shuffle: Option<&Arc<ShuffleState>>, uid: &str, replica: bool, batch: &
             }
             let size = loc.bytes.load(Ordering::Relaxed);
             if size > shuffle.split_threshold.load(Ordering::Relaxed) {
-                let soft = shuffle.split_mode.load(Ordering::Relaxed) == 0 && size < SPLIT_MAX;
+                let soft = shuffle.split_mode() == SplitMode::Soft && size < SPLIT_MAX;
                 if soft {
                     Verdict::Write(loc, true)
                 } else {
@@ -197,9 +210,8 @@ fn judge(shuffle: Option<&Arc<ShuffleState>>, uid: &str, replica: bool, batch: &
 
 impl PushPort {
     /// Appends one Spark batch, waiting while memory is full.
-    async fn append(&self, loc: &Location, batch: Bytes) -> Result<(), StatusCode> {
-        let (map_id, batch_id) =
-            header(&batch).ok_or(StatusCode::PushDataFailNonCriticalCausePrimary)?;
+    async fn append(&self, loc: &Location, batch: Bytes) -> Result<(), CelebornError> {
+        let (map_id, batch_id) = header(&batch).ok_or(CelebornError::BadBatch("header"))?;
         self.append_block(loc, batch, map_id as i64, batch_id).await
     }
 
@@ -210,7 +222,7 @@ impl PushPort {
         batch: Bytes,
         map_id: i64,
         batch_id: i32,
-    ) -> Result<(), StatusCode> {
+    ) -> Result<(), CelebornError> {
         let len = batch.len() as u64;
         let block = Block {
             meta: BlockMeta {
@@ -232,14 +244,15 @@ impl PushPort {
                 loc.bytes.fetch_add(len, Ordering::Relaxed);
                 Ok(())
             }
-            Err(StorageError::Sealed(_)) => Err(StatusCode::HardSplit),
-            // Its application expired or was lost: the location is gone.
-            Err(StorageError::ShuffleRemoved { .. }) => {
-                Err(StatusCode::PushDataFailPartitionNotFound)
-            }
+            // Sealed: HARD_SPLIT; its application expired or was lost: the
+            // location is gone (PARTITION_NOT_FOUND); anything else: a write
+            // failure of this copy.
             Err(e) => {
-                tracing::warn!(partition = %loc.key, error = %e, "push failed");
-                Err(StatusCode::PushDataWriteFailPrimary)
+                let e = CelebornError::write(e, loc.key.replica);
+                if matches!(e, CelebornError::Write { .. }) {
+                    tracing::warn!(partition = %loc.key, error = %e, "push failed");
+                }
+                Err(e)
             }
         }
     }
@@ -273,54 +286,60 @@ impl Handler<Message> for PushPort {
                 if let Some(map_shuffle) = shuffle.as_ref().filter(|s| s.is_map()) {
                     let request_id = p.request_id;
                     let reply = self.push_map(map_shuffle, p).await.map(|()| Vec::new());
-                    send_map(&replier, request_id, reply).await;
+                    self.send_map(&replier, request_id, reply).await;
                     return;
                 }
-                let verdict = judge(shuffle.as_ref(), &p.partition_unique_id, replica, &p.body);
+                let verdict = judge(
+                    &p.shuffle_key,
+                    shuffle.as_ref(),
+                    &p.partition_unique_id,
+                    replica,
+                    &p.body,
+                );
                 let reply = match verdict {
                     Verdict::Write(loc, soft) => match self.append(&loc, p.body).await {
                         Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
                         Ok(()) => Ok(Vec::new()),
-                        Err(StatusCode::HardSplit) => Ok(vec![StatusCode::HardSplit.value()]),
-                        Err(code) => Err(code),
+                        Err(CelebornError::Sealed(_)) => Ok(vec![StatusCode::HardSplit.value()]),
+                        Err(e) => Err(e),
                     },
                     Verdict::Reply(code) => Ok(vec![code.value()]),
-                    Verdict::Fail(code) => Err(code),
+                    Verdict::Fail(e) => Err(e),
                 };
-                send(&replier, p.request_id, reply).await;
+                self.send(&replier, p.request_id, reply).await;
             }
             Message::PushMergedData(p) => {
                 let replica = p.mode == Mode::Replica;
                 let batches = match p.batches() {
                     Ok(b) if b.len() == p.partition_unique_ids.len() => b,
                     _ => {
+                        let e = CelebornError::BadBatch("offsets");
+                        e.count(self.port);
                         replier
                             .send(Message::RpcFailure {
                                 request_id: p.request_id,
-                                error: format!(
-                                    "{}: bad batch offsets",
-                                    StatusCode::PushDataFailNonCriticalCausePrimary
-                                ),
+                                error: e.client_text(),
                             })
                             .await;
                         return;
                     }
                 };
                 let shuffle = self.state.shuffle(&p.shuffle_key);
-                let verdicts: Vec<Verdict> = p
+                let mut verdicts: Vec<Verdict> = p
                     .partition_unique_ids
                     .iter()
                     .zip(&batches)
-                    .map(|(uid, b)| judge(shuffle.as_ref(), uid, replica, b))
+                    .map(|(uid, b)| judge(&p.shuffle_key, shuffle.as_ref(), uid, replica, b))
                     .collect();
                 let split_info = shuffle
                     .as_ref()
                     .is_some_and(|s| self.state.split_info_apps.contains(&s.app));
-                let reply = if let Some(code) = verdicts.iter().find_map(|v| match v {
-                    Verdict::Fail(code) => Some(*code),
-                    _ => None,
-                }) {
-                    Err(code)
+                let failed = verdicts.iter().position(|v| matches!(v, Verdict::Fail(_)));
+                let reply = if let Some(i) = failed {
+                    match verdicts.swap_remove(i) {
+                        Verdict::Fail(e) => Err(e),
+                        _ => unreachable!("position() found a Fail"),
+                    }
                 } else if verdicts
                     .iter()
                     .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
@@ -339,11 +358,12 @@ impl Handler<Message> for PushPort {
                     let mut result = Ok(vec![StatusCode::Success.value()]);
                     for (v, batch) in verdicts.into_iter().zip(batches) {
                         if let Verdict::Write(loc, _) = v {
-                            if let Err(code) = self.append(&loc, batch).await {
-                                result = if code == StatusCode::HardSplit {
-                                    Ok(vec![StatusCode::HardSplit.value()])
-                                } else {
-                                    Err(code)
+                            if let Err(e) = self.append(&loc, batch).await {
+                                result = match e {
+                                    CelebornError::Sealed(_) => {
+                                        Ok(vec![StatusCode::HardSplit.value()])
+                                    }
+                                    e => Err(e),
                                 };
                                 break;
                             }
@@ -351,16 +371,16 @@ impl Handler<Message> for PushPort {
                     }
                     result
                 };
-                send(&replier, p.request_id, reply).await;
+                self.send(&replier, p.request_id, reply).await;
             }
             Message::RpcRequest { request_id, body } => {
                 let reply = match DataPlaneBody::decode(body) {
                     Ok(DataPlaneBody::Transport(tm)) => MapRequest::from_transport(&tm),
                     Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
-                    Err(e) => Err(format!("cannot decode the request: {e}")),
+                    Err(e) => Err(CelebornError::Undecodable(e.to_string())),
                 }
                 .and_then(|r| self.map_control(r));
-                send_map(&replier, request_id, reply).await;
+                self.send_map(&replier, request_id, reply).await;
             }
             other => {
                 tracing::warn!(port = self.port, kind = ?other.message_type(), "unexpected frame on the push port");
@@ -377,19 +397,21 @@ impl PushPort {
         &self,
         verdicts: Vec<Verdict>,
         batches: Vec<Bytes>,
-    ) -> Result<Vec<u8>, StatusCode> {
+    ) -> Result<Vec<u8>, CelebornError> {
         let mut statuses: Vec<(i32, StatusCode)> = Vec::new();
         for (i, (v, batch)) in verdicts.into_iter().zip(batches).enumerate() {
             match v {
                 Verdict::Write(loc, soft) => match self.append(&loc, batch).await {
                     Ok(()) if soft => statuses.push((i as i32, StatusCode::SoftSplit)),
                     Ok(()) => {}
-                    Err(StatusCode::HardSplit) => statuses.push((i as i32, StatusCode::HardSplit)),
-                    Err(code) => return Err(code),
+                    Err(CelebornError::Sealed(_)) => {
+                        statuses.push((i as i32, StatusCode::HardSplit))
+                    }
+                    Err(e) => return Err(e),
                 },
                 Verdict::Reply(StatusCode::MapEnded) => {} // nothing to resend
                 Verdict::Reply(code) => statuses.push((i as i32, code)),
-                Verdict::Fail(code) => return Err(code),
+                Verdict::Fail(e) => return Err(e),
             }
         }
         Ok(merged_split_reply(&statuses))
@@ -428,33 +450,30 @@ impl PushPort {
         shuffle_key: &str,
         uid: &str,
         replica: bool,
-    ) -> Result<Arc<Location>, String> {
+    ) -> Result<Arc<Location>, CelebornError> {
         let shuffle = self.state.shuffle(shuffle_key).ok_or_else(|| {
-            format!(
-                "{}: unknown shuffle {shuffle_key}",
-                StatusCode::PushDataFailPartitionNotFound
-            )
+            CelebornError::PartitionNotFound(format!("unknown shuffle {shuffle_key}"))
         })?;
         if !shuffle.is_map() {
-            return Err(format!(
-                "shuffle {shuffle_key} has reduce partitions, not map partitions"
-            ));
+            return Err(CelebornError::NotMapPartitions(shuffle_key.to_string()));
         }
-        shuffle.location(uid, replica).ok_or_else(|| {
-            format!(
-                "{}: {shuffle_key}/{uid}",
-                StatusCode::PushDataFailPartitionNotFound
-            )
-        })
+        shuffle
+            .location(uid, replica)
+            .ok_or_else(|| CelebornError::PartitionNotFound(format!("{shuffle_key}/{uid}")))
     }
 
     /// Handshake, region start or region finish of a map partition. An empty
     /// reply means done (a map partition never splits here: huge ones go to
     /// the cold tier instead).
-    fn map_control(&self, r: MapRequest) -> Result<Vec<u8>, String> {
+    fn map_control(&self, r: MapRequest) -> Result<Vec<u8>, CelebornError> {
         let (shuffle_key, uid) = (&r.shuffle_key, &r.unique_id);
         let loc = self.map_location(shuffle_key, uid, r.replica)?;
         let mut map = loc.map.lock();
+        let stage = match r.control {
+            MapControl::HandShake { .. } => MapStage::HandShake,
+            MapControl::RegionStart { .. } => MapStage::RegionStart,
+            MapControl::RegionFinish => MapStage::RegionFinish,
+        };
         match r.control {
             MapControl::HandShake {
                 num_partitions,
@@ -468,59 +487,91 @@ impl PushPort {
                 Ok(())
             }
         }
-        .map_err(|e| format!("{shuffle_key}/{uid}: {e}"))?;
+        .map_err(|source| CelebornError::MapPartition {
+            location: format!("{shuffle_key}/{uid}"),
+            stage,
+            replica: r.replica,
+            source,
+        })?;
         Ok(Vec::new())
     }
 
     /// Stores one Flink record of a map partition.
-    async fn push_map(&self, shuffle: &ShuffleState, p: PushData) -> Result<(), String> {
+    async fn push_map(&self, shuffle: &ShuffleState, p: PushData) -> Result<(), CelebornError> {
         let (key, uid) = (&p.shuffle_key, &p.partition_unique_id);
+        let replica = p.mode == Mode::Replica;
         let loc = shuffle
-            .location(uid, p.mode == Mode::Replica)
-            .ok_or_else(|| format!("{}: {key}/{uid}", StatusCode::PushDataFailPartitionNotFound))?;
+            .location(uid, replica)
+            .ok_or_else(|| CelebornError::PartitionNotFound(format!("{key}/{uid}")))?;
         if loc.committed.load(Ordering::Acquire) {
-            return Err(format!(
-                "{}: {key}/{uid} is already committed",
-                StatusCode::PushDataFailPartitionNotFound
-            ));
+            return Err(CelebornError::PartitionNotFound(format!(
+                "{key}/{uid} is already committed"
+            )));
         }
-        let header = loc
-            .map
-            .lock()
-            .accept(&p.body)
-            .map_err(|e| format!("{key}/{uid}: {e}"))?;
+        let header =
+            loc.map
+                .lock()
+                .accept(&p.body)
+                .map_err(|source| CelebornError::MapPartition {
+                    location: format!("{key}/{uid}"),
+                    stage: MapStage::Data,
+                    replica,
+                    source,
+                })?;
         self.append_block(&loc, p.body, header.sub_partition as i64, header.batch)
             .await
-            .map_err(|code| code.name().to_string())
     }
-}
 
-async fn send_map(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, String>) {
-    let frame = match reply {
-        Ok(body) => Message::RpcResponse {
-            request_id,
-            body: Bytes::from(body),
-        },
-        Err(error) => {
-            tracing::warn!(%error, "map partition request refused");
-            Message::RpcFailure { request_id, error }
-        }
-    };
-    replier.send(frame).await;
-}
+    /// The reply to a map-partition request or record: failures carry their
+    /// text (the Flink client shows it), prefixed by the status where one
+    /// applies.
+    async fn send_map(
+        &self,
+        replier: &Replier,
+        request_id: i64,
+        reply: Result<Vec<u8>, CelebornError>,
+    ) {
+        let frame = match reply {
+            Ok(body) => Message::RpcResponse {
+                request_id,
+                body: Bytes::from(body),
+            },
+            Err(e) => {
+                e.count(self.port);
+                tracing::warn!(status = %e.status(), error = %e, "map partition request refused");
+                Message::RpcFailure {
+                    request_id,
+                    error: e.client_text(),
+                }
+            }
+        };
+        replier.send(frame).await;
+    }
 
-async fn send(replier: &Replier, request_id: i64, reply: Result<Vec<u8>, StatusCode>) {
-    let frame = match reply {
-        Ok(body) => Message::RpcResponse {
-            request_id,
-            body: Bytes::from(body),
-        },
-        Err(code) => Message::RpcFailure {
-            request_id,
-            error: code.name().to_string(),
-        },
-    };
-    replier.send(frame).await;
+    /// The reply to a Spark push: a failure is the bare status name, which
+    /// the client classifies by prefix.
+    async fn send(
+        &self,
+        replier: &Replier,
+        request_id: i64,
+        reply: Result<Vec<u8>, CelebornError>,
+    ) {
+        let frame = match reply {
+            Ok(body) => Message::RpcResponse {
+                request_id,
+                body: Bytes::from(body),
+            },
+            Err(e) => {
+                e.count(self.port);
+                tracing::debug!(status = %e.status(), error = %e, "push refused");
+                Message::RpcFailure {
+                    request_id,
+                    error: e.status().name().to_string(),
+                }
+            }
+        };
+        replier.send(frame).await;
+    }
 }
 
 #[cfg(test)]

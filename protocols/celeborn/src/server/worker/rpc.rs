@@ -5,8 +5,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::state::{ShuffleState, WorkerState};
+use crate::modes::{PartitionType, SplitMode};
 use crate::proto::*;
 use crate::rpc::endpoint;
+use crate::server::error::CelebornError;
 use crate::server::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use crate::status::StatusCode;
 use crate::transport_message::TransportMessage;
@@ -26,7 +28,10 @@ impl Endpoint for WorkerEndpoint {
         endpoint::WORKER
     }
 
-    async fn receive(self: Arc<Self>, tm: TransportMessage) -> Result<TransportMessage, String> {
+    async fn receive(
+        self: Arc<Self>,
+        tm: TransportMessage,
+    ) -> Result<TransportMessage, CelebornError> {
         match tm.kind() {
             Some(MessageType::ReserveSlots) => {
                 let r = self.reserve(decode(&tm)?);
@@ -40,17 +45,17 @@ impl Endpoint for WorkerEndpoint {
                 let r = self.destroy(decode(&tm)?);
                 Ok(TransportMessage::new(MessageType::DestroyResponse, &r))
             }
-            _ => Err(format!(
-                "WorkerEndpoint does not handle message type {}",
-                tm.message_type
-            )),
+            _ => Err(CelebornError::Unsupported {
+                handler: "WorkerEndpoint",
+                message_type: tm.message_type,
+            }),
         }
     }
 }
 
 /// (id, epoch, replica) of every location in a ReserveSlots request: the
 /// plain lists (≤0.4 clients) or the packed pair (0.5+).
-fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, String> {
+fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, CelebornError> {
     let mut out: Vec<(i32, i32, bool)> = r
         .primary_locations
         .iter()
@@ -61,14 +66,14 @@ fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, Strin
         if let Some(pair) = &r.partition_locations_pair {
             let locs = pair.locations.clone().unwrap_or_default();
             let n = usize::try_from(pair.input_location_size)
-                .map_err(|_| "negative inputLocationSize")?;
+                .map_err(|_| CelebornError::Invalid("negative inputLocationSize".into()))?;
             if n > locs.ids.len() || locs.epoches.len() < n || locs.modes.len() < n {
-                return Err(format!(
+                return Err(CelebornError::Invalid(format!(
                     "packed locations: inputLocationSize {n} but {} ids, {} epochs, {} modes",
                     locs.ids.len(),
                     locs.epoches.len(),
                     locs.modes.len()
-                ));
+                )));
             }
             for i in 0..n {
                 out.push((locs.ids[i], locs.epoches[i], locs.modes[i] == 1));
@@ -76,6 +81,23 @@ fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, Strin
         }
     }
     Ok(out)
+}
+
+/// The split mode and partition type a ReserveSlots asks for. MAPGROUP is
+/// reserved upstream and sent by no stock client: refused, not guessed.
+fn modes(r: &PbReserveSlots) -> Result<(SplitMode, PartitionType), CelebornError> {
+    let split = SplitMode::from_i32(r.split_mode)
+        .ok_or_else(|| CelebornError::Invalid(format!("unknown split mode {}", r.split_mode)))?;
+    match PartitionType::from_i32(r.partition_type) {
+        Some(t @ (PartitionType::Reduce | PartitionType::Map)) => Ok((split, t)),
+        Some(PartitionType::MapGroup) => Err(CelebornError::Invalid(
+            "partition type MAPGROUP is not supported".into(),
+        )),
+        None => Err(CelebornError::Invalid(format!(
+            "unknown partition type {}",
+            r.partition_type
+        ))),
+    }
 }
 
 /// What CommitFiles answers for a committed location: a local file (read
@@ -110,7 +132,11 @@ impl WorkerEndpoint {
         }
         let locations = match reserved_locations(&r) {
             Ok(l) => l,
-            Err(e) => return fail(StatusCode::ReserveSlotsFailed, e),
+            Err(e) => return fail(StatusCode::ReserveSlotsFailed, e.client_text()),
+        };
+        let (split_mode, partition_type) = match modes(&r) {
+            Ok(m) => m,
+            Err(e) => return fail(StatusCode::ReserveSlotsFailed, e.client_text()),
         };
         // A shuffle that died with its application (expired, lost) is not
         // set up again: a revive after the expiry must fail, not write the
@@ -120,7 +146,10 @@ impl WorkerEndpoint {
             .store
             .check_shuffle_alive(&r.application_id, r.shuffle_id)
         {
-            return fail(StatusCode::ReserveSlotsFailed, e.to_string());
+            return fail(
+                StatusCode::ReserveSlotsFailed,
+                CelebornError::from(e).client_text(),
+            );
         }
         let key = format!("{}-{}", r.application_id, r.shuffle_id);
         let Some(shuffle) = self.state.shuffle_or_create(&key) else {
@@ -136,12 +165,7 @@ impl WorkerEndpoint {
             u64::MAX
         };
         shuffle.split_threshold.store(threshold, Ordering::Relaxed);
-        shuffle
-            .split_mode
-            .store(r.split_mode as i64, Ordering::Relaxed);
-        shuffle
-            .partition_type
-            .store(r.partition_type as i64, Ordering::Relaxed);
+        shuffle.set_modes(split_mode, partition_type);
         for &(id, epoch, replica) in &locations {
             shuffle.add_location(id, epoch, replica);
         }
@@ -314,5 +338,25 @@ mod tests {
             .unwrap()
             .input_location_size = 9;
         assert!(reserved_locations(&bad).is_err());
+    }
+
+    #[test]
+    fn reserve_modes_are_checked() {
+        let r = |split_mode, partition_type| PbReserveSlots {
+            split_mode,
+            partition_type,
+            ..Default::default()
+        };
+        assert_eq!(
+            modes(&r(1, 1)).unwrap(),
+            (SplitMode::Hard, PartitionType::Map)
+        );
+        assert_eq!(
+            modes(&r(0, 0)).unwrap(),
+            (SplitMode::Soft, PartitionType::Reduce)
+        );
+        assert!(modes(&r(0, 2)).is_err(), "MAPGROUP");
+        assert!(modes(&r(0, 7)).is_err());
+        assert!(modes(&r(3, 0)).is_err());
     }
 }

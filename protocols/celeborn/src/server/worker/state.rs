@@ -3,7 +3,7 @@
 //! read streams. The bytes themselves live in the store.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -13,6 +13,7 @@ use switchyard_storage::{AppListener, AppRemoved, PartitionKey, PartitionView, S
 use super::credit::CreditStream;
 use super::map_partition::MapPartition;
 use crate::config::CelebornConfig;
+use crate::modes::{PartitionType, SplitMode};
 use crate::proto::PbCommitFilesResponse;
 
 /// The five-part identity the Master hands to clients.
@@ -71,16 +72,14 @@ impl Location {
     }
 }
 
-/// `PartitionType.MAP` in ReserveSlots.
-pub const PARTITION_TYPE_MAP: i64 = 1;
-
 pub struct ShuffleState {
     pub app: String,
     pub shuffle_id: i32,
     pub split_threshold: AtomicU64,
-    /// 0 = SOFT, 1 = HARD.
-    pub split_mode: AtomicI64,
-    pub partition_type: AtomicI64,
+    /// A [`SplitMode`], as set by the last ReserveSlots.
+    split_mode: AtomicU8,
+    /// A [`PartitionType`], as set by the last ReserveSlots.
+    partition_type: AtomicU8,
     /// (unique id "id-epoch", replica) → location.
     pub locations: DashMap<(String, bool), Arc<Location>>,
     /// Commit replies by commit epoch: a repeated CommitFiles gets the same answer.
@@ -116,7 +115,21 @@ impl ShuffleState {
 
     /// Whether this shuffle's locations are map partitions (Flink).
     pub(crate) fn is_map(&self) -> bool {
-        self.partition_type.load(Ordering::Relaxed) == PARTITION_TYPE_MAP
+        self.partition_type() == PartitionType::Map
+    }
+
+    pub(crate) fn partition_type(&self) -> PartitionType {
+        PartitionType::from_u8(self.partition_type.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn split_mode(&self) -> SplitMode {
+        SplitMode::from_u8(self.split_mode.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_modes(&self, split: SplitMode, partition_type: PartitionType) {
+        self.split_mode.store(split as u8, Ordering::Relaxed);
+        self.partition_type
+            .store(partition_type as u8, Ordering::Relaxed);
     }
 
     /// Whether a map task already ended, per the last commit's attempts.
@@ -195,8 +208,8 @@ impl WorkerState {
                         app: app.to_string(),
                         shuffle_id,
                         split_threshold: AtomicU64::new(u64::MAX),
-                        split_mode: AtomicI64::new(0),
-                        partition_type: AtomicI64::new(0),
+                        split_mode: AtomicU8::new(SplitMode::default() as u8),
+                        partition_type: AtomicU8::new(PartitionType::default() as u8),
                         locations: DashMap::new(),
                         commits: Mutex::new(HashMap::new()),
                         map_attempts: RwLock::new(None),
