@@ -261,6 +261,14 @@ impl GatewayConfig {
         self.storage
             .validate()
             .map_err(|e| anyhow::anyhow!("invalid [storage] configuration: {e}"))?;
+        self.uniffle
+            .connections
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid [uniffle.connections]: {e}"))?;
+        self.celeborn
+            .connections
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid [celeborn.connections]: {e}"))?;
         Ok(())
     }
 }

@@ -667,7 +667,8 @@ async fn bad_input_gets_errors_and_harms_no_one() {
         .await
         .unwrap_err();
     assert!(
-        err.to_string().ends_with("PUSH_DATA_FAIL_PARTITION_NOT_FOUND"),
+        err.to_string()
+            .ends_with("PUSH_DATA_FAIL_PARTITION_NOT_FOUND"),
         "a Spark push failure is the bare status name: {err}"
     );
     // Opening a stream of something never written.

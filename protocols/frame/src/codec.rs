@@ -110,6 +110,14 @@ impl<M: FrameMessage> FrameCodec<M> {
         self.max_frame_size
     }
 
+    /// The message + body length a frame header announces, once the header is
+    /// validated (type, lengths, limit): what the server takes room for before it
+    /// reads the rest.
+    pub fn frame_len(&self, header: &[u8]) -> Result<usize, M::Error> {
+        let h = self.parse_header(&header[..HEADER_LEN])?;
+        Ok(h.message_len + h.body_len)
+    }
+
     /// Validates a header before anything is buffered for it: a bad type or a huge length
     /// must not make us wait for (or allocate) gigabytes first.
     fn parse_header(&self, mut h: &[u8]) -> Result<FrameHeader<M::Kind>, M::Error> {

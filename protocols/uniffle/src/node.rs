@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_frame::server::serve;
+use switchyard_frame::server::{serve, TransportBudget};
 use switchyard_storage::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -57,11 +57,28 @@ pub enum StartError {
 const STREAM_WINDOW: u32 = 8 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
 
+/// Concurrent calls (HTTP/2 streams) one gRPC connection may open, sent to the
+/// client as SETTINGS_MAX_CONCURRENT_STREAMS. The Java client runs about as many calls
+/// per server as its send and read threads (tens).
+const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// A call not answered within this is cancelled (its client retries as after any
+/// failure): nothing a client sends can hold a handler for ever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// HTTP/2 pings find dead peers whose connections would otherwise stay open.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 fn grpc_server() -> Server {
     Server::builder()
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(1 << 20)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .concurrency_limit_per_connection(MAX_CONCURRENT_STREAMS as usize)
+        .timeout(REQUEST_TIMEOUT)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
 }
 
 async fn bind(role: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -185,6 +202,7 @@ impl UniffleNode {
                 NettyPort::new(core.clone()),
                 config.max_frame_size.as_u64() as usize,
                 config.connections,
+                TransportBudget::new(&config.connections),
                 cancel.clone(),
             )));
         }

@@ -122,6 +122,9 @@ pub enum CelebornError {
     /// A chunk slice with a negative index or offset.
     #[error("negative {0}")]
     BadSlice(&'static str),
+    /// The connection closed while the request waited: nothing to answer.
+    #[error("the connection is closed")]
+    Closed,
     /// Any other refusal of the store.
     #[error(transparent)]
     Storage(StorageError),
@@ -170,6 +173,7 @@ impl CelebornError {
             | UnsupportedLegacy(_)
             | NotARequest
             | NoEndpoint(_)
+            | Closed
             | Encode(_)
             | BadName { .. }
             | Invalid(_)

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_frame::server::serve;
+use switchyard_frame::server::{serve, TransportBudget};
 use switchyard_storage::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -87,6 +87,8 @@ impl CelebornNode {
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let max = config.max_frame_size.as_u64() as usize;
         let limits = config.connections;
+        // One pool of frame and reply bytes for the five ports.
+        let budget = TransportBudget::new(&limits);
         let cancel = CancellationToken::new();
         let tasks = vec![
             tokio::spawn(serve(
@@ -94,6 +96,7 @@ impl CelebornNode {
                 RpcPort::new(MasterEndpoint::new(worker.clone()), "master"),
                 max,
                 limits,
+                budget.clone(),
                 cancel.clone(),
             )),
             tokio::spawn(serve(
@@ -104,6 +107,7 @@ impl CelebornNode {
                 ),
                 max,
                 limits,
+                budget.clone(),
                 cancel.clone(),
             )),
             tokio::spawn(serve(
@@ -111,6 +115,7 @@ impl CelebornNode {
                 PushPort::new(worker.clone(), "push"),
                 max,
                 limits,
+                budget.clone(),
                 cancel.clone(),
             )),
             tokio::spawn(serve(
@@ -118,6 +123,7 @@ impl CelebornNode {
                 FetchPort::new(worker.clone()),
                 max,
                 limits,
+                budget.clone(),
                 cancel.clone(),
             )),
             tokio::spawn(serve(
@@ -125,6 +131,7 @@ impl CelebornNode {
                 PushPort::new(worker.clone(), "replicate"),
                 max,
                 limits,
+                budget.clone(),
                 cancel.clone(),
             )),
         ];

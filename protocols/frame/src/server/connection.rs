@@ -1,33 +1,104 @@
 //! One accepted connection: this task reads frames and starts handlers, a writer task
 //! sends their replies.
+//!
+//! What a connection may hold is bounded before it is allocated: a frame's bytes are
+//! taken from the connection's and the protocol's incoming pools when its header
+//! arrives, before the body is read; a reply's bytes from the reply pools before it is
+//! queued (a reader reserves them before it reads a chunk from the store). Without
+//! room the task waits and the socket is not read, so the client's sends wait on its
+//! side.
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
-use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
-use tokio_util::codec::{Decoder, FramedRead};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::limits::{ConnectionLimits, Pool, TransportBudget};
 use super::{Handler, Labels};
-use crate::{frame_parts, FrameCodec, FrameMessage};
+use crate::{frame_parts, FrameCodec, FrameMessage, HEADER_LEN};
 
 /// Replies queued for one connection's socket. A handler that finds the queue full
 /// waits, holding its in-flight slot, so a client that does not read its replies stops
 /// being read too.
 const REPLY_QUEUE: usize = 128;
 
+/// What the reader asks the socket for while it waits for a header.
+const HEADER_READ: usize = 8 << 10;
+
+/// Bytes taken from a connection's pool and its protocol's pool, given back on drop.
+#[derive(Debug)]
+pub struct HeldBytes {
+    _connection: OwnedSemaphorePermit,
+    _shared: OwnedSemaphorePermit,
+}
+
+/// Reply bytes reserved on a connection ([`Replier::reserve`]), given back once the
+/// reply that carries them is written (or dropped).
+pub type ReplyBytes = HeldBytes;
+
+/// Takes `bytes` from a connection's pool, then its protocol's (always in this order,
+/// so two waiters cannot hold one each), or None once `closed` is cancelled.
+async fn take(
+    connection: &Pool,
+    shared: &Pool,
+    bytes: usize,
+    closed: &CancellationToken,
+) -> Option<HeldBytes> {
+    let take = async {
+        let c = connection
+            .semaphore
+            .clone()
+            .acquire_many_owned(connection.permits_for(bytes))
+            .await
+            .ok()?;
+        let s = shared
+            .semaphore
+            .clone()
+            .acquire_many_owned(shared.permits_for(bytes))
+            .await
+            .ok()?;
+        Some(HeldBytes {
+            _connection: c,
+            _shared: s,
+        })
+    };
+    // Biased: once the connection is closed, no waiter takes room freed by its
+    // dropped replies.
+    let permits = tokio::select! {
+        biased;
+        _ = closed.cancelled() => None,
+        permits = take => permits,
+    }?;
+    (!closed.is_cancelled()).then_some(permits)
+}
+
+/// A reply on its way to the socket, with what it holds until written.
+struct Reply<M> {
+    message: M,
+    _bytes: Option<ReplyBytes>,
+    /// Keeps the connection from counting as idle while the reply waits.
+    _alive: Arc<()>,
+}
+
 /// Sends frames back on the connection a request came from, in the order they are sent.
 pub struct Replier<M> {
-    tx: mpsc::Sender<M>,
+    tx: mpsc::Sender<Reply<M>>,
     closed: CancellationToken,
+    pools: Arc<(Pool, Pool)>,
+    /// One count per live replier or queued reply: the connection is idle when only
+    /// the reader's own is left (no handler, no stream, no reply in flight).
+    alive: Arc<()>,
 }
 
 impl<M> Clone for Replier<M> {
@@ -35,19 +106,55 @@ impl<M> Clone for Replier<M> {
         Replier {
             tx: self.tx.clone(),
             closed: self.closed.clone(),
+            pools: self.pools.clone(),
+            alive: self.alive.clone(),
         }
     }
 }
 
-impl<M> Replier<M> {
-    /// Queues a frame; false when the connection is gone.
+impl<M: FrameMessage> Replier<M> {
+    /// Queues a frame, first taking its body's bytes from the reply pools (waiting
+    /// while they are full); false when the connection is gone.
     pub async fn send(&self, message: M) -> bool {
-        !self.closed.is_cancelled() && self.tx.send(message).await.is_ok()
+        let len = message.frame_body().map_or(0, |b| b.len());
+        let bytes = if len > 0 {
+            match self.reserve(len).await {
+                Some(bytes) => Some(bytes),
+                None => return false,
+            }
+        } else {
+            None
+        };
+        self.queue(message, bytes).await
     }
 
-    /// Cancelled when the connection closes (the peer left, a bad frame, a reply that
-    /// could not be encoded or written, shutdown): work that streams to this connection
-    /// on its own stops then.
+    /// Queues a frame whose bytes were reserved with [`Self::reserve`].
+    pub async fn send_reserved(&self, message: M, bytes: ReplyBytes) -> bool {
+        self.queue(message, Some(bytes)).await
+    }
+
+    async fn queue(&self, message: M, bytes: Option<ReplyBytes>) -> bool {
+        let reply = Reply {
+            message,
+            _bytes: bytes,
+            _alive: self.alive.clone(),
+        };
+        !self.closed.is_cancelled() && self.tx.send(reply).await.is_ok()
+    }
+}
+
+impl<M> Replier<M> {
+    /// Reserves `bytes` of reply room, waiting while this connection's (or every
+    /// connection's) unwritten replies fill it; None when the connection is gone. A
+    /// handler that reads data for a reply reserves first, so data is read only for
+    /// clients that take it.
+    pub async fn reserve(&self, bytes: usize) -> Option<ReplyBytes> {
+        take(&self.pools.0, &self.pools.1, bytes, &self.closed).await
+    }
+
+    /// Cancelled when the connection closes (the peer left, a bad frame, a timeout, a
+    /// reply that could not be encoded or written, shutdown): work that streams to this
+    /// connection on its own stops then.
     pub fn closed(&self) -> &CancellationToken {
         &self.closed
     }
@@ -59,7 +166,8 @@ pub(super) async fn run<M, H>(
     peer: SocketAddr,
     handler: Arc<H>,
     max_frame_size: usize,
-    max_in_flight: usize,
+    limits: &ConnectionLimits,
+    budget: &TransportBudget,
     cancel: &CancellationToken,
 ) where
     M: FrameMessage + Send + 'static,
@@ -71,21 +179,43 @@ pub(super) async fn run<M, H>(
     let (read, write) = stream.into_split();
     let closed = cancel.child_token();
     let (tx, rx) = mpsc::channel(REPLY_QUEUE);
-    let writer = tokio::spawn(write_replies(write, rx, closed.clone(), labels, peer));
+    let writer = tokio::spawn(write_replies(
+        write,
+        rx,
+        closed.clone(),
+        limits.frame_timeout,
+        labels,
+        peer,
+    ));
     let replier = Replier {
         tx,
         closed: closed.clone(),
+        pools: Arc::new((
+            Pool::new(limits.max_reply_bytes_per_connection),
+            budget.replies.clone(),
+        )),
+        alive: Arc::new(()),
     };
     let handlers = TaskTracker::new();
-    let frames = FramedRead::new(read, ReadCodec(FrameCodec::<M>::new(max_frame_size)));
+    let reader = Reader {
+        read,
+        buf: BytesMut::new(),
+        codec: FrameCodec::<M>::new(max_frame_size),
+        incoming: (
+            Pool::new(limits.max_in_flight_bytes_per_connection),
+            budget.incoming.clone(),
+        ),
+        idle_timeout: limits.idle_timeout,
+        frame_timeout: limits.frame_timeout,
+        labels,
+        peer,
+    };
     read_frames(
-        frames,
+        reader,
         &handler,
         &replier,
         &handlers,
-        max_in_flight,
-        labels,
-        peer,
+        limits.max_in_flight_per_connection.get(),
     )
     .await;
     closed.cancel();
@@ -98,43 +228,29 @@ pub(super) async fn run<M, H>(
 }
 
 async fn read_frames<M, H>(
-    mut frames: FramedRead<OwnedReadHalf, ReadCodec<M>>,
+    mut reader: Reader<M>,
     handler: &Arc<H>,
     replier: &Replier<M>,
     handlers: &TaskTracker,
     max_in_flight: usize,
-    labels: Labels,
-    peer: SocketAddr,
 ) where
     M: FrameMessage + Send + 'static,
     M::Error: fmt::Display,
     H: Handler<M>,
 {
     let closed = replier.closed();
-    let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let in_flight = Arc::new(Semaphore::new(max_in_flight.min(Semaphore::MAX_PERMITS)));
     loop {
         // Backpressure: without a free slot the socket is not read.
         let slot = tokio::select! {
             _ = closed.cancelled() => return,
             slot = in_flight.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
         };
-        let frame = tokio::select! {
-            _ = closed.cancelled() => return,
-            frame = frames.next() => frame,
-        };
-        let message = match frame {
-            None => return,
-            Some(Ok(message)) => message,
-            Some(Err(ReadError::Io(e))) => {
-                tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "connection failed");
-                return;
-            }
-            Some(Err(ReadError::Frame(e))) => {
-                // After a bad header the stream cannot be realigned; after bad fields it
-                // could, but a peer that sends them is not one to keep talking to.
-                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "bad frame; closing the connection");
-                metrics::counter!("switchyard_bad_frames_total", "protocol" => labels.protocol, "port" => labels.port)
-                    .increment(1);
+        let (message, bytes) = match reader.next(replier).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(end) => {
+                end.report(reader.labels, reader.peer);
                 return;
             }
         };
@@ -143,23 +259,169 @@ async fn read_frames<M, H>(
         }
         if handler.ordered(&message) {
             handler.clone().handle(message, replier.clone()).await;
+            drop(bytes);
             continue;
         }
         let handler = handler.clone();
         let replier = replier.clone();
         handlers.spawn(async move {
             handler.handle(message, replier).await;
+            drop(bytes);
             drop(slot);
         });
     }
 }
 
+/// The read half of a connection and the frame it is reading.
+struct Reader<M: FrameMessage> {
+    read: OwnedReadHalf,
+    buf: BytesMut,
+    codec: FrameCodec<M>,
+    /// (this connection's, the protocol's) frame-byte pools.
+    incoming: (Pool, Pool),
+    idle_timeout: Duration,
+    frame_timeout: Duration,
+    labels: Labels,
+    peer: SocketAddr,
+}
+
+/// Why a connection stopped being read, other than a clean EOF or shutdown.
+enum ReadEnd<E> {
+    Io(io::Error),
+    Frame(E),
+    /// Nothing sent and nothing in flight for `idle_timeout`.
+    Idle,
+    /// A frame begun and not finished within `frame_timeout`.
+    Stalled {
+        have: usize,
+        want: usize,
+    },
+    /// The peer closed the connection in the middle of a frame.
+    Truncated {
+        have: usize,
+        want: usize,
+    },
+}
+
+impl<E: fmt::Display> ReadEnd<E> {
+    fn report(self, labels: Labels, peer: SocketAddr) {
+        let timeout = |kind: &'static str| {
+            metrics::counter!("switchyard_connection_timeouts_total", "protocol" => labels.protocol, "port" => labels.port, "kind" => kind)
+                .increment(1);
+        };
+        match self {
+            ReadEnd::Io(e) => {
+                tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "connection failed")
+            }
+            ReadEnd::Frame(e) => {
+                // After a bad header the stream cannot be realigned; after bad fields it
+                // could, but a peer that sends them is not one to keep talking to.
+                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "bad frame; closing the connection");
+                metrics::counter!("switchyard_bad_frames_total", "protocol" => labels.protocol, "port" => labels.port)
+                    .increment(1);
+            }
+            ReadEnd::Idle => {
+                timeout("idle");
+                tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, "idle connection closed");
+            }
+            ReadEnd::Stalled { have, want } => {
+                timeout("frame");
+                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, have, want, "frame not completed in time; closing the connection");
+            }
+            ReadEnd::Truncated { have, want } => {
+                tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, have, want, "connection closed in the middle of a frame")
+            }
+        }
+    }
+}
+
+impl<M: FrameMessage> Reader<M> {
+    /// The next frame and the bytes it holds in the incoming pools; None at a clean
+    /// EOF or when the connection is closed.
+    async fn next(
+        &mut self,
+        replier: &Replier<M>,
+    ) -> Result<Option<(M, HeldBytes)>, ReadEnd<M::Error>> {
+        let closed = replier.closed().clone();
+        // The header: between frames the connection may idle, but not for ever while
+        // nothing of it is in flight; once a header has begun it must complete.
+        while self.buf.len() < HEADER_LEN {
+            let began = !self.buf.is_empty();
+            self.buf.reserve(HEADER_READ);
+            let wait = if began {
+                self.frame_timeout
+            } else {
+                self.idle_timeout
+            };
+            let n = tokio::select! {
+                _ = closed.cancelled() => return Ok(None),
+                n = self.read.read_buf(&mut self.buf) => n.map_err(ReadEnd::Io)?,
+                _ = tokio::time::sleep(wait) => {
+                    if began {
+                        return Err(ReadEnd::Stalled { have: self.buf.len(), want: HEADER_LEN });
+                    }
+                    // Only the reader's own replier left: no handler, stream or reply.
+                    if Arc::strong_count(&replier.alive) <= 1 {
+                        return Err(ReadEnd::Idle);
+                    }
+                    continue;
+                }
+            };
+            if n == 0 {
+                return if began {
+                    Err(ReadEnd::Truncated {
+                        have: self.buf.len(),
+                        want: HEADER_LEN,
+                    })
+                } else {
+                    Ok(None)
+                };
+            }
+        }
+        let deadline = Instant::now() + self.frame_timeout;
+        let frame_len = self
+            .codec
+            .frame_len(&self.buf[..HEADER_LEN])
+            .map_err(ReadEnd::Frame)?;
+        // Room for the frame before its body is read.
+        let Some(bytes) = take(&self.incoming.0, &self.incoming.1, frame_len, &closed).await else {
+            return Ok(None);
+        };
+        let want = HEADER_LEN + frame_len;
+        if self.buf.len() < want {
+            self.buf.reserve(want - self.buf.len());
+        }
+        while self.buf.len() < want {
+            let n = tokio::select! {
+                _ = closed.cancelled() => return Ok(None),
+                n = self.read.read_buf(&mut self.buf) => n.map_err(ReadEnd::Io)?,
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(ReadEnd::Stalled { have: self.buf.len(), want });
+                }
+            };
+            if n == 0 {
+                return Err(ReadEnd::Truncated {
+                    have: self.buf.len(),
+                    want,
+                });
+            }
+        }
+        match self.codec.decode(&mut self.buf) {
+            Ok(Some(message)) => Ok(Some((message, bytes))),
+            Ok(None) => unreachable!("a whole frame is buffered"),
+            Err(e) => Err(ReadEnd::Frame(e)),
+        }
+    }
+}
+
 /// Writes replies, header and body each from its own buffer: a body (a chunk, a
-/// memory read) is never copied into a frame buffer.
+/// memory read) is never copied into a frame buffer. A reply not written within
+/// `frame_timeout` (the peer stopped reading) closes the connection.
 async fn write_replies<M>(
     mut write: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<M>,
+    mut rx: mpsc::Receiver<Reply<M>>,
     closed: CancellationToken,
+    frame_timeout: Duration,
     labels: Labels,
     peer: SocketAddr,
 ) where
@@ -167,14 +429,14 @@ async fn write_replies<M>(
     M::Error: fmt::Display,
 {
     loop {
-        let message = tokio::select! {
+        let reply = tokio::select! {
             _ = closed.cancelled() => break,
-            message = rx.recv() => match message {
-                Some(m) => m,
+            reply = rx.recv() => match reply {
+                Some(r) => r,
                 None => break,
             },
         };
-        let (head, body) = match frame_parts(&message) {
+        let (head, body) = match frame_parts(&reply.message) {
             Ok(parts) => parts,
             Err(e) => {
                 // The client would wait for this reply until its timeout: close instead,
@@ -194,38 +456,27 @@ async fn write_replies<M>(
         };
         let written = tokio::select! {
             _ = closed.cancelled() => break,
-            written = written => written,
+            written = tokio::time::timeout(frame_timeout, written) => written,
         };
-        if let Err(e) = written {
-            tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "write failed");
-            break;
+        match written {
+            Ok(Ok(())) => drop(reply),
+            Ok(Err(e)) => {
+                closed.cancel();
+                tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "write failed");
+                break;
+            }
+            Err(_) => {
+                closed.cancel();
+                metrics::counter!("switchyard_connection_timeouts_total", "protocol" => labels.protocol, "port" => labels.port, "kind" => "write")
+                    .increment(1);
+                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, "reply not taken in time; closing the connection");
+                break;
+            }
         }
     }
     // Stops the reader too: a connection that cannot answer takes no more requests.
     closed.cancel();
-}
-
-/// What reading a frame can fail with: the socket, or the peer's bytes.
-enum ReadError<E> {
-    Io(io::Error),
-    Frame(E),
-}
-
-impl<E> From<io::Error> for ReadError<E> {
-    fn from(e: io::Error) -> Self {
-        ReadError::Io(e)
-    }
-}
-
-/// The frame codec with socket errors told apart from bad frames (the protocols' errors
-/// carry both, so they cannot be told apart afterwards).
-struct ReadCodec<M: FrameMessage>(FrameCodec<M>);
-
-impl<M: FrameMessage> Decoder for ReadCodec<M> {
-    type Item = M;
-    type Error = ReadError<M::Error>;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<M>, Self::Error> {
-        self.0.decode(src).map_err(ReadError::Frame)
-    }
+    // Queued replies give their bytes back now, not when the last sender is gone.
+    rx.close();
+    while rx.try_recv().is_ok() {}
 }

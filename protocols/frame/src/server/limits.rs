@@ -1,12 +1,19 @@
-//! How much one listening port, and one connection on it, may take.
+//! How much one listening port, one connection on it, and all the ports of one
+//! protocol on a node may take; and the shared byte pools that enforce the last.
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
 
+use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
 
-/// Limits of one listening port, set per protocol (`[uniffle.connections]`,
-/// `[celeborn.connections]`; each Celeborn port has its own count). Zero is rejected when
-/// the config is read.
+/// Limits of a protocol's frame ports, set per protocol (`[uniffle.connections]`,
+/// `[celeborn.connections]`). Counts are per port (each Celeborn port has its own);
+/// the byte pools `max_in_flight_bytes` and `max_reply_bytes` are shared by every port
+/// of the protocol on one node ([`TransportBudget`]). Zero is rejected when the config
+/// is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConnectionLimits {
@@ -29,10 +36,46 @@ pub struct ConnectionLimits {
     /// Default 256: Celeborn's client keeps at most 256 pushes in flight per executor
     /// (`celeborn.client.push.maxReqsInFlight.total`, 32 per worker) and a few chunk
     /// fetches per stream, and Uniffle's sends as many as its send threads (10), so a
-    /// client on its defaults never waits here; what one connection can make the server
-    /// hold is then 256 requests (16 MiB of 64 KiB pushes) plus the replies queued for
-    /// its socket.
+    /// client on its defaults never waits here.
     pub max_in_flight_per_connection: NonZeroUsize,
+    /// Bytes of frames one connection may have read and not yet handled. A frame's
+    /// bytes are taken from this (and from `max_in_flight_bytes`) when its header
+    /// arrives, before its body is read, and given back when its handler is done (a
+    /// pushed block is charged to the memory budget by then). Without room the socket
+    /// is not read. A frame larger than the limit waits for all of it.
+    ///
+    /// Default 32 MiB: 256 Celeborn pushes of 64 KiB, or two of Uniffle's largest
+    /// sends (`rss.client.send.size.limit`, 16 MiB).
+    pub max_in_flight_bytes_per_connection: ByteSize,
+    /// Bytes of frames all connections of this protocol's ports on the node may have
+    /// read and not yet handled. Under memory pressure handlers wait for the store, their
+    /// bytes stay taken, and every connection stops reading, as Celeborn pauses receive:
+    /// what clients send waits on their side, not in server memory.
+    ///
+    /// Default 128 MiB.
+    pub max_in_flight_bytes: ByteSize,
+    /// Reply bytes (chunks, reads) of one connection queued or being written. A reader
+    /// reserves the bytes of a chunk before it reads it from the store and the writer
+    /// gives them back once the chunk is on the socket, so a client that sends fetches
+    /// and does not read the replies stops getting chunks read for it.
+    ///
+    /// Default 32 MiB: four of Celeborn's 8 MiB chunks, sixteen of Uniffle's 2 MiB
+    /// reads.
+    pub max_reply_bytes_per_connection: ByteSize,
+    /// Reply bytes of all connections of this protocol's ports on the node, queued or
+    /// being written. Default 128 MiB.
+    pub max_reply_bytes: ByteSize,
+    /// A connection that has sent nothing for this long while nothing of it is in
+    /// flight (no request, no reply, no open credit stream) is closed. Clients open a
+    /// new connection when they need one again. Default 10 min (Celeborn's network
+    /// timeout is 240 s; clients that heartbeat never reach it).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Once a frame's header has arrived its body must arrive within this, and a
+    /// reply must be written within it: a peer that stalls mid-frame (slowloris) or
+    /// stops reading its socket is cut off. Default 120 s.
+    #[serde(with = "humantime_serde")]
+    pub frame_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -40,16 +83,108 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             max_connections: NonZeroUsize::new(4096).expect("non-zero"),
             max_in_flight_per_connection: NonZeroUsize::new(256).expect("non-zero"),
+            max_in_flight_bytes_per_connection: ByteSize::mib(32),
+            max_in_flight_bytes: ByteSize::mib(128),
+            max_reply_bytes_per_connection: ByteSize::mib(32),
+            max_reply_bytes: ByteSize::mib(128),
+            idle_timeout: Duration::from_secs(600),
+            frame_timeout: Duration::from_secs(120),
         }
     }
 }
 
 impl ConnectionLimits {
-    /// Limits with the given values; `None` if either is zero.
+    /// Default limits with the given counts; `None` if either is zero.
     pub fn new(max_connections: usize, max_in_flight_per_connection: usize) -> Option<Self> {
         Some(ConnectionLimits {
             max_connections: NonZeroUsize::new(max_connections)?,
             max_in_flight_per_connection: NonZeroUsize::new(max_in_flight_per_connection)?,
+            ..ConnectionLimits::default()
         })
+    }
+
+    /// Rejects limits that would stop every connection: zero sizes and timeouts.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            (
+                "max_in_flight_bytes_per_connection",
+                self.max_in_flight_bytes_per_connection,
+            ),
+            ("max_in_flight_bytes", self.max_in_flight_bytes),
+            (
+                "max_reply_bytes_per_connection",
+                self.max_reply_bytes_per_connection,
+            ),
+            ("max_reply_bytes", self.max_reply_bytes),
+        ] {
+            if v.as_u64() == 0 {
+                return Err(format!("{name} must be more than 0"));
+            }
+        }
+        for (name, v) in [
+            ("idle_timeout", self.idle_timeout),
+            ("frame_timeout", self.frame_timeout),
+        ] {
+            if v.is_zero() {
+                return Err(format!("{name} must be more than 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The byte pools shared by every port of one protocol on one node: frame bytes read
+/// and not yet handled, reply bytes reserved and not yet written. One per node and
+/// protocol, never a process-wide static (a test process runs several nodes).
+#[derive(Clone, Debug)]
+pub struct TransportBudget {
+    pub(super) incoming: Pool,
+    pub(super) replies: Pool,
+}
+
+impl TransportBudget {
+    pub fn new(limits: &ConnectionLimits) -> Self {
+        TransportBudget {
+            incoming: Pool::new(limits.max_in_flight_bytes),
+            replies: Pool::new(limits.max_reply_bytes),
+        }
+    }
+
+    /// Frame bytes read and not yet handled, over every connection.
+    pub fn incoming_in_use(&self) -> u64 {
+        self.incoming.in_use()
+    }
+
+    /// Reply bytes reserved and not yet written, over every connection.
+    pub fn replies_in_use(&self) -> u64 {
+        self.replies.in_use()
+    }
+}
+
+/// A byte pool: a semaphore with one permit per byte, and its size. A request larger
+/// than the pool takes all of it.
+#[derive(Clone, Debug)]
+pub(super) struct Pool {
+    pub(super) semaphore: Arc<Semaphore>,
+    pub(super) size: u32,
+}
+
+impl Pool {
+    pub(super) fn new(size: ByteSize) -> Self {
+        // acquire_many takes a u32; 4 GiB is beyond any sane pool.
+        let size = size.as_u64().clamp(1, u64::from(u32::MAX)) as u32;
+        Pool {
+            semaphore: Arc::new(Semaphore::new(size as usize)),
+            size,
+        }
+    }
+
+    /// The permits `bytes` take from this pool.
+    pub(super) fn permits_for(&self, bytes: usize) -> u32 {
+        (bytes.min(self.size as usize) as u32).max(1)
+    }
+
+    pub(super) fn in_use(&self) -> u64 {
+        u64::from(self.size) - self.semaphore.available_permits() as u64
     }
 }

@@ -9,6 +9,20 @@
 //! - at most `max_in_flight_per_connection` handlers run at once; at that bound the
 //!   reader stops reading the socket until one finishes (backpressure through TCP, not
 //!   a queue in memory). Ordered frames count too; heartbeats are dropped unhandled;
+//! - **bytes in flight**: a frame's length is taken from the connection's pool
+//!   (`max_in_flight_bytes_per_connection`) and the protocol's ([`TransportBudget`],
+//!   `max_in_flight_bytes`) when its header arrives, before the body is read or
+//!   allocated, and given back when its handler returns. Without room the reader waits
+//!   and the socket is not read: under memory pressure (handlers waiting for the
+//!   store) every connection stops reading, as Celeborn pauses receive;
+//! - **reply bytes**: a reply's body takes room in the reply pools
+//!   (`max_reply_bytes_per_connection`, `max_reply_bytes`) until it is written; a
+//!   handler that reads data for a reply [`Replier::reserve`]s first, so a client that
+//!   does not read its socket stops getting data read for it;
+//! - **timeouts**: a frame whose header arrived must complete within `frame_timeout`
+//!   (slowloris), a reply must be written within it (a peer that stopped reading), and
+//!   a connection with nothing in flight that sends nothing for `idle_timeout` is
+//!   closed; each counted in `switchyard_connection_timeouts_total{kind}`;
 //! - a writer task sends what handlers give their [`Replier`], header and body from
 //!   their own buffers.
 //!
@@ -47,8 +61,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub use connection::Replier;
-pub use limits::ConnectionLimits;
+pub use connection::{HeldBytes, Replier, ReplyBytes};
+pub use limits::{ConnectionLimits, TransportBudget};
 
 use crate::FrameMessage;
 
@@ -77,12 +91,14 @@ pub trait Handler<M>: Send + Sync + 'static {
 }
 
 /// Accepts connections on `listener` and serves them with `handler` until `cancel` is
-/// cancelled. Incoming frames larger than `max_frame_size` are bad frames.
+/// cancelled. Incoming frames larger than `max_frame_size` are bad frames. `budget` is
+/// shared by every port of the protocol on this node.
 pub async fn serve<M, H>(
     listener: TcpListener,
     handler: Arc<H>,
     max_frame_size: usize,
     limits: ConnectionLimits,
+    budget: TransportBudget,
     cancel: CancellationToken,
 ) where
     M: FrameMessage + Send + 'static,
@@ -92,10 +108,6 @@ pub async fn serve<M, H>(
 {
     let labels = Labels::of::<M, H>(&handler);
     let max_connections = limits.max_connections.get().min(Semaphore::MAX_PERMITS);
-    let max_in_flight = limits
-        .max_in_flight_per_connection
-        .get()
-        .min(Semaphore::MAX_PERMITS);
     let places = Arc::new(Semaphore::new(max_connections));
     let mut rejected = RejectLog::default();
     loop {
@@ -128,6 +140,7 @@ pub async fn serve<M, H>(
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let cancel = cancel.clone();
+        let budget = budget.clone();
         tokio::spawn(async move {
             let _open = Open::new(labels, place);
             connection::run(
@@ -135,7 +148,8 @@ pub async fn serve<M, H>(
                 peer,
                 handler,
                 max_frame_size,
-                max_in_flight,
+                &limits,
+                &budget,
                 &cancel,
             )
             .await;

@@ -16,12 +16,13 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use super::{serve, ConnectionLimits, Handler, Replier};
+use super::{serve, ConnectionLimits, Handler, Replier, TransportBudget};
 use crate::{FrameCodec, FrameMessage, WireError};
 
 const REQUEST: u8 = 1;
 const REPLY: u8 = 2;
 const HEARTBEAT: u8 = 3;
+const DATA: u8 = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -34,6 +35,8 @@ enum Op {
     Sleep = 3,
     /// Replies with a message that fails to encode.
     BadReply = 4,
+    /// Reserves `arg` reply bytes, then replies with a body that long.
+    BigReply = 5,
 }
 
 /// The reply id that fails to encode.
@@ -44,6 +47,7 @@ enum Msg {
     Request { id: u32, op: Op, tag: u8, arg: u32 },
     Reply { id: u32 },
     Heartbeat,
+    Data { id: u32, body: Bytes },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,12 +72,12 @@ impl FrameMessage for Msg {
 
     fn kind_from_id(id: u8) -> Result<u8, TestError> {
         match id {
-            REQUEST | REPLY | HEARTBEAT => Ok(id),
+            REQUEST | REPLY | HEARTBEAT | DATA => Ok(id),
             other => Err(WireError::UnknownMessageType(other).into()),
         }
     }
 
-    fn decode_frame(kind: u8, mut message: Bytes, _body: Bytes) -> Result<Self, TestError> {
+    fn decode_frame(kind: u8, mut message: Bytes, body: Bytes) -> Result<Self, TestError> {
         Ok(match kind {
             REQUEST => {
                 let id = message.get_u32();
@@ -83,6 +87,7 @@ impl FrameMessage for Msg {
                     2 => Op::OrderedSleep,
                     3 => Op::Sleep,
                     4 => Op::BadReply,
+                    5 => Op::BigReply,
                     other => return Err(TestError::BadOp(other)),
                 };
                 let tag = message.get_u8();
@@ -97,6 +102,10 @@ impl FrameMessage for Msg {
             REPLY => Msg::Reply {
                 id: message.get_u32(),
             },
+            DATA => Msg::Data {
+                id: message.get_u32(),
+                body,
+            },
             _ => Msg::Heartbeat,
         })
     }
@@ -106,11 +115,15 @@ impl FrameMessage for Msg {
             Msg::Request { .. } => REQUEST,
             Msg::Reply { .. } => REPLY,
             Msg::Heartbeat => HEARTBEAT,
+            Msg::Data { .. } => DATA,
         }
     }
 
     fn frame_body(&self) -> Option<&Bytes> {
-        None
+        match self {
+            Msg::Data { body, .. } => Some(body),
+            _ => None,
+        }
     }
 
     fn encode_fields(&self, dst: &mut BytesMut) -> Result<(), TestError> {
@@ -124,6 +137,7 @@ impl FrameMessage for Msg {
             Msg::Reply { id: UNENCODABLE } => return Err(TestError::Unencodable),
             Msg::Reply { id } => dst.put_u32(id),
             Msg::Heartbeat => dst.put_u8(0),
+            Msg::Data { id, .. } => dst.put_u32(id),
         }
         Ok(())
     }
@@ -142,6 +156,8 @@ struct TestHandler {
     finished: Mutex<Vec<u32>>,
     /// Frames other than requests that reached the handler.
     unexpected: AtomicUsize,
+    /// BigReply requests that got their reply room.
+    reserved: AtomicUsize,
 }
 
 impl TestHandler {
@@ -153,6 +169,7 @@ impl TestHandler {
             done: AtomicUsize::new(0),
             finished: Mutex::new(Vec::new()),
             unexpected: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
         }
     }
 }
@@ -177,6 +194,15 @@ impl Handler<Msg> for TestHandler {
             self.unexpected.fetch_add(1, Ordering::SeqCst);
             return;
         };
+        if op == Op::BigReply {
+            let Some(bytes) = replier.reserve(arg as usize).await else {
+                return;
+            };
+            self.reserved.fetch_add(1, Ordering::SeqCst);
+            let body = Bytes::from(vec![7u8; arg as usize]);
+            replier.send_reserved(Msg::Data { id, body }, bytes).await;
+            return;
+        }
         let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(running, Ordering::SeqCst);
         let reply = match op {
@@ -191,6 +217,7 @@ impl Handler<Msg> for TestHandler {
                 id
             }
             Op::BadReply => UNENCODABLE,
+            Op::BigReply => unreachable!("answered above"),
         };
         self.running.fetch_sub(1, Ordering::SeqCst);
         self.done.fetch_add(1, Ordering::SeqCst);
@@ -201,6 +228,7 @@ impl Handler<Msg> for TestHandler {
 struct Server {
     addr: SocketAddr,
     handler: Arc<TestHandler>,
+    budget: TransportBudget,
     cancel: CancellationToken,
 }
 
@@ -211,21 +239,27 @@ impl Drop for Server {
 }
 
 async fn start(max_connections: usize, max_in_flight: usize) -> Server {
+    start_with(ConnectionLimits::new(max_connections, max_in_flight).unwrap()).await
+}
+
+async fn start_with(limits: ConnectionLimits) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let handler = Arc::new(TestHandler::new());
     let cancel = CancellationToken::new();
-    let limits = ConnectionLimits::new(max_connections, max_in_flight).unwrap();
+    let budget = TransportBudget::new(&limits);
     tokio::spawn(serve(
         listener,
         handler.clone(),
-        1 << 20,
+        4 << 20,
         limits,
+        budget.clone(),
         cancel.clone(),
     ));
     Server {
         addr,
         handler,
+        budget,
         cancel,
     }
 }
@@ -259,7 +293,7 @@ impl Client {
             .await
             .expect("no reply within 10 s");
         match next {
-            Some(Ok(Msg::Reply { id })) => Some(id),
+            Some(Ok(Msg::Reply { id })) | Some(Ok(Msg::Data { id, .. })) => Some(id),
             Some(Ok(other)) => panic!("not a reply: {other:?}"),
             Some(Err(_)) | None => None,
         }
@@ -444,4 +478,94 @@ async fn shutdown_closes_connections() {
         ),
     };
     assert!(refused, "a new connection was served after shutdown");
+}
+
+#[tokio::test]
+async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
+    let limits = ConnectionLimits {
+        max_in_flight_bytes: bytesize::ByteSize::mib(1),
+        frame_timeout: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    let server = start_with(limits).await;
+    let mut slow = Client::connect(server.addr).await;
+    // A request announcing 2 MiB of fields, of which 100 KiB arrive.
+    let mut head = BytesMut::new();
+    head.put_i32(2 << 20);
+    head.put_u8(REQUEST);
+    head.put_i32(0);
+    slow.write.write_all(&head).await.unwrap();
+    slow.write.write_all(&vec![0u8; 100 << 10]).await.unwrap();
+    wait_until("the frame takes the whole pool", || {
+        server.budget.incoming_in_use() == 1 << 20
+    })
+    .await;
+    // Another connection's frame waits for room instead of being read.
+    let mut other = Client::connect(server.addr).await;
+    other.send(&[request(1, Op::Fast, 0, 0)]).await;
+    let early = tokio::time::timeout(Duration::from_millis(300), other.replies.next()).await;
+    assert!(early.is_err(), "a frame was read with the pool full");
+    // The stalled frame is cut off after frame_timeout; its room goes to the other.
+    assert!(slow.closed().await, "a stalled frame kept its connection");
+    assert_eq!(other.reply().await, Some(1));
+    wait_until("the pool is empty again", || {
+        server.budget.incoming_in_use() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn idle_connections_close_but_busy_ones_stay() {
+    let limits = ConnectionLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..ConnectionLimits::default()
+    };
+    let server = start_with(limits).await;
+    let mut idle = Client::connect(server.addr).await;
+    let mut busy = Client::connect(server.addr).await;
+    busy.send(&[request(1, Op::Block, 0, 0)]).await;
+    assert!(idle.closed().await, "an idle connection stayed open");
+    // A request in flight for several idle periods keeps its connection.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    server.handler.gate.add_permits(1);
+    assert_eq!(busy.reply().await, Some(1), "a busy connection was closed");
+    // Once nothing is in flight it is idle too.
+    assert!(busy.closed().await);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_stops_getting_data_read_for_it() {
+    const REPLY: u32 = 1 << 20;
+    const SENT: u32 = 100;
+    let limits = ConnectionLimits {
+        max_reply_bytes_per_connection: bytesize::ByteSize::mib(2),
+        frame_timeout: Duration::from_secs(2),
+        ..ConnectionLimits::default()
+    };
+    let server = start_with(limits).await;
+    let mut stuck = Client::connect(server.addr).await;
+    let requests: Vec<Msg> = (0..SENT)
+        .map(|id| request(id, Op::BigReply, 0, REPLY))
+        .collect();
+    stuck.send(&requests).await;
+    // Let the socket buffers fill.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reserved = server.handler.reserved.load(Ordering::SeqCst);
+    // What the kernel buffers took, plus at most the connection's 2 MiB: far from
+    // the 100 MiB asked for.
+    assert!(
+        reserved < 40,
+        "{reserved} replies of 1 MiB read for a client that reads nothing"
+    );
+    assert!(server.budget.replies_in_use() <= 2 << 20);
+    // Others are served meanwhile.
+    let mut other = Client::connect(server.addr).await;
+    assert!(other.served(1000).await);
+    // The stuck connection is closed once a reply waits frame_timeout, and its room
+    // is given back.
+    wait_until("the stuck connection's room is free", || {
+        server.budget.replies_in_use() == 0
+    })
+    .await;
+    assert!(server.handler.reserved.load(Ordering::SeqCst) < 40);
 }

@@ -33,8 +33,25 @@ impl Handler<Message> for NettyPort {
     }
 
     async fn handle(self: Arc<Self>, message: Message, replier: Replier<Message>) {
+        // Data reads take their reply room before they read, so a client that does
+        // not read its socket stops getting data read for it.
+        let room = match &message {
+            Message::GetLocalShuffleData(r) => Some(r.length),
+            Message::GetMemoryShuffleData(r) => Some(r.read_buffer_size),
+            _ => None,
+        };
+        let reserved = match room {
+            Some(len) => match replier.reserve(usize::try_from(len).unwrap_or(0)).await {
+                Some(bytes) => Some(bytes),
+                None => return, // the connection is gone
+            },
+            None => None,
+        };
         if let Some(reply) = handle(&self.core, message).await {
-            replier.send(reply).await;
+            match reserved {
+                Some(bytes) => replier.send_reserved(reply, bytes).await,
+                None => replier.send(reply).await,
+            };
         }
     }
 }

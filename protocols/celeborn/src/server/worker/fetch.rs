@@ -205,7 +205,11 @@ impl FetchPort {
         })
     }
 
-    async fn chunk(&self, slice: StreamChunkSlice) -> Message {
+    /// Answers one chunk fetch. The chunk's bytes are reserved on the connection
+    /// before the chunk is read and given back once it is written, so a client that
+    /// fetches without reading its socket stops getting chunks read for it.
+    async fn chunk(&self, slice: StreamChunkSlice, replier: &Replier) {
+        let mut reserved = None;
         let result = async {
             let stream = self
                 .state
@@ -217,6 +221,10 @@ impl FetchPort {
             let view = &stream.view;
             let index = usize::try_from(slice.chunk_index)
                 .map_err(|_| CelebornError::BadSlice("chunk index"))?;
+            if let Some(chunk) = view.chunks.get(index) {
+                let len = usize::try_from(chunk.len).unwrap_or(usize::MAX);
+                reserved = Some(replier.reserve(len).await.ok_or(CelebornError::Closed)?);
+            }
             let data = self.state.store.read_chunk(view, index).await?;
             let offset = usize::try_from(slice.offset)
                 .map_err(|_| CelebornError::BadSlice("offset"))?
@@ -227,8 +235,9 @@ impl FetchPort {
             Ok::<Bytes, CelebornError>(data.slice(offset..offset + len))
         }
         .await;
-        match result {
+        let reply = match result {
             Ok(body) => Message::ChunkFetchSuccess { slice, body },
+            Err(CelebornError::Closed) => return,
             Err(e) => {
                 e.count("fetch");
                 tracing::warn!(stream = slice.stream_id, chunk = slice.chunk_index, error = %e, "chunk fetch failed");
@@ -237,7 +246,11 @@ impl FetchPort {
                     error: e.client_text(),
                 }
             }
-        }
+        };
+        match reserved {
+            Some(bytes) => replier.send_reserved(reply, bytes).await,
+            None => replier.send(reply).await,
+        };
     }
 
     async fn rpc(&self, request_id: i64, tm: TransportMessage, replier: &Replier) {
@@ -317,7 +330,7 @@ impl FetchPort {
                             offset: s.offset,
                             len: s.len,
                         };
-                        replier.send(self.chunk(slice).await).await;
+                        self.chunk(slice, replier).await;
                     }
                     Err(e) => tracing::warn!(error = %e, "bad chunk fetch request"),
                 }
@@ -390,7 +403,7 @@ impl Handler<Message> for FetchPort {
             }
             // ≤0.3 clients fetch with a raw frame.
             Message::ChunkFetchRequest(slice) => {
-                replier.send(self.chunk(slice).await).await;
+                self.chunk(slice, &replier).await;
             }
             Message::BufferStreamEnd { stream_id } => self.state.end_stream(stream_id),
             // Old Flink clients grant credit with a raw frame, unanswered.
