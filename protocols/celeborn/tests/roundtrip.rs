@@ -357,7 +357,7 @@ async fn read_all(
                 stream_id: h.stream_id,
             },
         );
-        let id = 1_000_000 + h.stream_id;
+        let id = 1_000_000 + out.len() as i64;
         fetch
             .send(switchyard_celeborn::frame::Message::RpcRequest {
                 request_id: id,
@@ -708,6 +708,26 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     assert_eq!(committed.committed_primary_ids, vec!["0-0".to_string()]);
     let got = read_all(&fetch, "app-good-0", &["0-0-0".to_string()], 0, i32::MAX).await;
     assert_eq!(&got[0][0].3[..], b"good data");
+    // Stream ids cannot be guessed: the neighbours of an open stream's id are
+    // no streams at all.
+    let open = TransportMessage::new(
+        MessageType::OpenStream,
+        &PbOpenStream {
+            shuffle_key: "app-good-0".into(),
+            file_name: "0-0-0".into(),
+            end_index: i32::MAX,
+            ..Default::default()
+        },
+    );
+    let body = fetch.data_rpc(&open).await.unwrap();
+    let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
+    let h: PbStreamHandler = decode(&tm).unwrap();
+    assert!(h.stream_id > 0);
+    assert!(fetch.fetch_chunk(h.stream_id, 0).await.is_ok());
+    for guess in [h.stream_id.wrapping_add(1), h.stream_id - 1, 1] {
+        let err = fetch.fetch_chunk(guess, 0).await.unwrap_err();
+        assert!(err.to_string().contains("unknown stream"), "{err}");
+    }
     // Application lost: everything of it goes.
     let r = lm
         .master

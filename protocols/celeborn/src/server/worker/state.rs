@@ -166,7 +166,6 @@ pub struct WorkerState {
     /// so are 0.6.1 or newer: their merged pushes get per-partition split
     /// replies, which 0.5 clients cannot read.
     pub split_info_apps: dashmap::DashSet<String>,
-    next_stream: AtomicI64,
 }
 
 impl WorkerState {
@@ -181,7 +180,6 @@ impl WorkerState {
             streams: DashMap::new(),
             credit_streams: DashMap::new(),
             split_info_apps: dashmap::DashSet::new(),
-            next_stream: AtomicI64::new(1),
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
@@ -232,8 +230,17 @@ impl WorkerState {
         id
     }
 
+    /// A random positive stream id no open stream has: a client cannot read
+    /// another's stream by counting ids up (any positive long is a valid id to
+    /// the Java client).
     pub(crate) fn next_stream_id(&self) -> i64 {
-        self.next_stream.fetch_add(1, Ordering::Relaxed)
+        loop {
+            let id = rand::random::<i64>() & i64::MAX;
+            if id != 0 && !self.streams.contains_key(&id) && !self.credit_streams.contains_key(&id)
+            {
+                return id;
+            }
+        }
     }
 
     pub(crate) fn end_stream(&self, id: i64) {
