@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 use switchyard_frame::server::ConnectionLimits;
+use switchyard_storage::Secret;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -51,6 +52,13 @@ pub struct UniffleConfig {
     /// Connections of the Netty data plane and requests in flight per connection
     /// (`[uniffle.connections]`). gRPC connections are tonic's and not limited here.
     pub connections: ConnectionLimits,
+    /// The secret a remote shuffle server must send (gRPC metadata
+    /// `x-switchyard-cluster-secret`) for the coordinator to take its
+    /// heartbeat. Unset (the default): only this node's own shuffle server is
+    /// registered and remote heartbeats are refused with ACCESS_DENIED, since
+    /// Uniffle's heartbeat is unauthenticated and a rogue "server" would be
+    /// handed partitions.
+    pub registration_secret: Option<Secret>,
 }
 
 impl Default for UniffleConfig {
@@ -73,6 +81,7 @@ impl Default for UniffleConfig {
             )]),
             server_id: None,
             connections: ConnectionLimits::default(),
+            registration_secret: None,
         }
     }
 }

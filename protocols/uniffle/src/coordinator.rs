@@ -24,10 +24,25 @@ struct Node {
     last_seen: Instant,
 }
 
+/// The gRPC metadata key that carries the registration secret.
+pub const SECRET_HEADER: &str = "x-switchyard-cluster-secret";
+
+/// Why a heartbeat was not taken.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("heartbeats of remote shuffle servers need the cluster's registration secret")]
+    NoSecret,
+    #[error("{0} is this coordinator's own shuffle server, which only it reports")]
+    LocalId(String),
+}
+
 /// Shuffle servers this coordinator knows.
 pub struct NodeRegistry {
     nodes: DashMap<String, Node>,
     timeout: Duration,
+    /// This process's own shuffle server: only the in-process heartbeat
+    /// updates it.
+    local: parking_lot::RwLock<Option<String>>,
 }
 
 impl NodeRegistry {
@@ -35,17 +50,44 @@ impl NodeRegistry {
         NodeRegistry {
             nodes: DashMap::new(),
             timeout,
+            local: parking_lot::RwLock::new(None),
         }
     }
 
-    /// Records a heartbeat (from a remote server, or this process's own).
-    pub fn upsert(
+    /// Records this process's own shuffle server.
+    pub fn upsert_local(
         &self,
         id: ShuffleServerId,
         tags: Vec<String>,
         available_memory: i64,
         healthy: bool,
     ) {
+        *self.local.write() = Some(id.id.clone());
+        self.upsert(id, tags, available_memory, healthy);
+    }
+
+    /// Records a remote server's heartbeat, unless it claims the local id.
+    /// Servers silent for the node timeout are forgotten, so made-up ids do
+    /// not pile up.
+    pub fn upsert_remote(
+        &self,
+        id: ShuffleServerId,
+        tags: Vec<String>,
+        available_memory: i64,
+        healthy: bool,
+    ) -> Result<(), Refusal> {
+        if self.local.read().as_deref() == Some(id.id.as_str()) {
+            return Err(Refusal::LocalId(id.id));
+        }
+        let local = self.local.read().clone();
+        self.nodes.retain(|k, n| {
+            Some(k.as_str()) == local.as_deref() || n.last_seen.elapsed() < self.timeout
+        });
+        self.upsert(id, tags, available_memory, healthy);
+        Ok(())
+    }
+
+    fn upsert(&self, id: ShuffleServerId, tags: Vec<String>, available_memory: i64, healthy: bool) {
         self.nodes.insert(
             id.id.clone(),
             Node {
@@ -86,6 +128,19 @@ pub struct CoordinatorService {
 impl CoordinatorService {
     pub fn new(nodes: Arc<NodeRegistry>, config: UniffleConfig) -> Self {
         CoordinatorService { nodes, config }
+    }
+
+    /// Whether a heartbeat carries the configured registration secret (never,
+    /// when none is configured), compared in constant time.
+    fn secret_matches(&self, metadata: &tonic::metadata::MetadataMap) -> bool {
+        let Some(secret) = &self.config.registration_secret else {
+            return false;
+        };
+        let Some(sent) = metadata.get(SECRET_HEADER) else {
+            return false;
+        };
+        let (a, b) = (sent.as_bytes(), secret.expose().as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 
     fn client_conf(&self) -> FetchClientConfResponse {
@@ -211,6 +266,7 @@ impl CoordinatorServer for CoordinatorService {
         &self,
         request: Request<ShuffleServerHeartBeatRequest>,
     ) -> Result<Response<ShuffleServerHeartBeatResponse>, Status> {
+        let metadata = request.metadata().clone();
         let r = request.into_inner();
         let Some(id) = r.server_id else {
             return Ok(Response::new(ShuffleServerHeartBeatResponse {
@@ -223,7 +279,20 @@ impl CoordinatorServer for CoordinatorService {
             Some(h) => h,
             None => r.status.unwrap_or(0) == ServerStatus::Active as i32,
         };
-        self.nodes.upsert(id, r.tags, r.available_memory, healthy);
+        let taken = if self.secret_matches(&metadata) {
+            self.nodes
+                .upsert_remote(id, r.tags, r.available_memory, healthy)
+        } else {
+            Err(Refusal::NoSecret)
+        };
+        if let Err(refusal) = taken {
+            metrics::counter!("switchyard_uniffle_heartbeats_refused_total").increment(1);
+            tracing::debug!(%refusal, "shuffle server heartbeat refused");
+            return Ok(Response::new(ShuffleServerHeartBeatResponse {
+                status: StatusCode::AccessDenied as i32,
+                ret_msg: refusal.to_string(),
+            }));
+        }
         success(|status, ret_msg| ShuffleServerHeartBeatResponse { status, ret_msg })
     }
 

@@ -143,7 +143,7 @@ impl UniffleNode {
             let id = server_id.clone();
             let cancel = cancel.clone();
             let beat = (config.node_timeout / 3).max(Duration::from_millis(100));
-            nodes.upsert(
+            nodes.upsert_local(
                 id.clone(),
                 tags.clone(),
                 available(&store),
@@ -155,7 +155,7 @@ impl UniffleNode {
                         _ = cancel.cancelled() => return,
                         _ = tokio::time::sleep(beat) => {}
                     }
-                    nodes.upsert(
+                    nodes.upsert_local(
                         id.clone(),
                         tags.clone(),
                         available(&store),

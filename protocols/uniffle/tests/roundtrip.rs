@@ -20,6 +20,9 @@ struct Env {
     node: UniffleNode,
 }
 
+/// The coordinator's registration secret in these tests.
+const SECRET: &str = "test-cluster-secret";
+
 async fn start(memory: u64) -> Env {
     start_with(memory, |_| {}).await
 }
@@ -41,6 +44,7 @@ async fn start_with(memory: u64, tune: impl FnOnce(&mut StoreConfig)) -> Env {
         server_netty_listen: Some("127.0.0.1:0".parse().unwrap()),
         max_message_size: ByteSize::mib(64),
         max_frame_size: ByteSize::mib(64),
+        registration_secret: Some(SECRET.into()),
         ..Default::default()
     };
     let node = UniffleNode::start(uc, store.clone()).await.unwrap();
@@ -357,6 +361,41 @@ async fn protocol_errors_get_status_codes_and_harm_no_one() {
         .into_inner();
     assert_eq!(r.status, StatusCode::InternalError as i32);
     assert!(r.ret_msg.contains("requireBufferId"), "{}", r.ret_msg);
+    // A legacy (app-less) ticket of nothing is refused, not kept for 60 s.
+    let r = s
+        .grpc()
+        .require_buffer(RequireBufferRequest {
+            require_size: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::InvalidRequest as i32);
+    // Another application cannot spend this one's ticket, and the owner
+    // still can.
+    s.register_shuffle("app-thief", 0, &[(0, 0)]).await.unwrap();
+    let ticket = s.require_buffer(good, 0, 100, vec![0]).await.unwrap();
+    let mut stolen = send(ticket);
+    stolen.app_id = "app-thief".into();
+    let r = s
+        .grpc()
+        .send_shuffle_data(stolen)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::InternalError as i32);
+    assert!(r.ret_msg.contains("requireBufferId"), "{}", r.ret_msg);
+    let owned = ClientBlock::new(4, 0, Bytes::from_static(b"abc"));
+    let mut own = send(ticket);
+    own.shuffle_data[0].block[0].block_id = owned.block_id;
+    own.shuffle_data[0].block[0].crc = owned.crc;
+    own.shuffle_data[0].block[0].uncompress_length = owned.uncompress_length;
+    let r = s.grpc().send_shuffle_data(own).await.unwrap().into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32, "{}", r.ret_msg);
+    s.report(good, 0, 0, HashMap::from([(0, vec![4])]))
+        .await
+        .unwrap();
     // A block whose length field lies about its data.
     let ticket = s.require_buffer(good, 0, 100, vec![0]).await.unwrap();
     let mut lying = send(ticket);
@@ -453,7 +492,11 @@ async fn protocol_errors_get_status_codes_and_harm_no_one() {
         .read_partition(good, 0, 0, &bitmap, ReadOptions::default())
         .await
         .unwrap();
-    assert_eq!(got, vec![b]);
+    assert_eq!(got.len(), 2, "the good app's two blocks");
+    assert!(got.contains(&b));
+    assert!(got
+        .iter()
+        .any(|g| g.block_id == owned.block_id && g.data == owned.data));
     assert!(env.store.budget().used() <= 1 << 20);
 }
 
@@ -563,7 +606,7 @@ async fn commit_finish_unregister_and_heartbeat() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn coordinator_matches_tags_and_accepts_remote_heartbeats() {
+async fn coordinator_matches_tags_and_takes_only_authenticated_heartbeats() {
     let env = start(16 << 20).await;
     let mut c = Coordinator::connect(&env.coordinator()).await.unwrap();
     let mut raw =
@@ -593,16 +636,45 @@ async fn coordinator_matches_tags_and_accepts_remote_heartbeats() {
         netty_port: -1,
         jetty_port: 0,
     };
-    let r = raw
-        .heartbeat(ShuffleServerHeartBeatRequest {
-            server_id: Some(other.clone()),
-            available_memory: 1,
+    let beat = |id: ShuffleServerId, secret: Option<&str>| {
+        let mut request = tonic::Request::new(ShuffleServerHeartBeatRequest {
+            server_id: Some(id),
+            available_memory: 1 << 40,
             tags: vec!["ss_v5".into(), "GRPC".into()],
+            is_healthy: Some(false),
             ..Default::default()
-        })
+        });
+        if let Some(secret) = secret {
+            request.metadata_mut().insert(
+                switchyard_uniffle::coordinator::SECRET_HEADER,
+                secret.parse().unwrap(),
+            );
+        }
+        request
+    };
+    // Without the secret, or with a wrong one, a "server" is not registered
+    // (a rogue one would be handed partitions).
+    for secret in [None, Some("guess")] {
+        let r = raw
+            .heartbeat(beat(other.clone(), secret))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, StatusCode::AccessDenied as i32);
+    }
+    // Nor can anyone report this node unhealthy in its name.
+    let r = raw
+        .heartbeat(beat(env.server(), Some(SECRET)))
         .await
         .unwrap()
         .into_inner();
+    assert_eq!(r.status, StatusCode::AccessDenied as i32);
+    assert!(r.ret_msg.contains("own shuffle server"), "{}", r.ret_msg);
+    let n = raw.get_shuffle_server_num(()).await.unwrap().into_inner();
+    assert_eq!(n.num, 1);
+    let mut healthy = beat(other.clone(), Some(SECRET));
+    healthy.get_mut().is_healthy = Some(true);
+    let r = raw.heartbeat(healthy).await.unwrap().into_inner();
     assert_eq!(r.status, StatusCode::Success as i32);
     let a = c.assignments("x", 0, 10, Transport::Grpc).await.unwrap();
     let servers: std::collections::HashSet<String> = a

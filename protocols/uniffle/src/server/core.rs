@@ -201,7 +201,13 @@ impl ShuffleServerCore {
         if size < 0 {
             return Err(UniffleError::InvalidRequest(format!("requireSize {size}")));
         }
-        // An empty app id is the legacy path: only the size is checked.
+        // An empty app id is the legacy path: only the size is checked. A
+        // ticket of nothing for nobody reserves nothing and only piles up.
+        if app.is_empty() && size == 0 {
+            return Err(UniffleError::InvalidRequest(
+                "requireSize 0 without an application".into(),
+            ));
+        }
         if !app.is_empty() {
             self.shuffle(app, shuffle)?;
         }
@@ -221,9 +227,11 @@ impl ShuffleServerCore {
         if partitions.iter().all(|(_, b)| b.is_empty()) {
             return Err(UniffleError::InvalidRequest("No data in request".into()));
         }
+        // Another application's ticket is unknown to this one (and stays
+        // with its owner).
         let mut ticket = self
             .tickets
-            .take(ticket)
+            .take(ticket, app)
             .ok_or(UniffleError::UnknownTicket(ticket))?;
         for (partition, blocks) in partitions {
             if !state.has_partition(partition) {

@@ -36,8 +36,12 @@ impl Tickets {
         id
     }
 
-    pub(crate) fn take(&self, id: i64) -> Option<Ticket> {
-        self.live.remove(&id).map(|(_, t)| t)
+    /// The ticket `id`, if `app` may spend it: its own, or a legacy one
+    /// issued without an application.
+    pub(crate) fn take(&self, id: i64, app: &str) -> Option<Ticket> {
+        self.live
+            .remove_if(&id, |_, t| t.app.is_empty() || t.app == app)
+            .map(|(_, t)| t)
     }
 
     /// Drops tickets older than `timeout`; returns how many.
