@@ -36,25 +36,34 @@ const REPLY_QUEUE: usize = 128;
 /// What the reader asks the socket for while it waits for a header.
 const HEADER_READ: usize = 8 << 10;
 
+/// Frames up to this size take room only in their connection's pool, not the
+/// protocol's: control messages and ordinary pushes are never stuck behind
+/// another client's half-sent large frames. One connection reads one frame at a
+/// time, so what small frames hold is bounded by its own pool.
+const SMALL_FRAME: usize = 64 << 10;
+
 /// Bytes taken from a connection's pool and its protocol's pool, given back on drop.
 #[derive(Debug)]
 pub struct HeldBytes {
     _connection: OwnedSemaphorePermit,
-    _shared: OwnedSemaphorePermit,
+    _shared: Option<OwnedSemaphorePermit>,
 }
 
 /// Reply bytes reserved on a connection ([`Replier::reserve`]), given back once the
 /// reply that carries them is written (or dropped).
 pub type ReplyBytes = HeldBytes;
 
-/// Takes `bytes` from a connection's pool, then its protocol's (always in this order,
-/// so two waiters cannot hold one each), or None once `closed` is cancelled.
+/// Takes `bytes` from a connection's pool, then (unless None) its protocol's: always
+/// in this order, so two waiters cannot hold one each. One connection never takes more
+/// of the protocol's pool than its own pool's size, so a single client cannot take it
+/// all. None once `closed` is cancelled.
 async fn take(
     connection: &Pool,
-    shared: &Pool,
+    shared: Option<&Pool>,
     bytes: usize,
     closed: &CancellationToken,
 ) -> Option<HeldBytes> {
+    let bytes = bytes.min(connection.size as usize);
     let take = async {
         let c = connection
             .semaphore
@@ -62,12 +71,17 @@ async fn take(
             .acquire_many_owned(connection.permits_for(bytes))
             .await
             .ok()?;
-        let s = shared
-            .semaphore
-            .clone()
-            .acquire_many_owned(shared.permits_for(bytes))
-            .await
-            .ok()?;
+        let s = match shared {
+            Some(shared) => Some(
+                shared
+                    .semaphore
+                    .clone()
+                    .acquire_many_owned(shared.permits_for(bytes))
+                    .await
+                    .ok()?,
+            ),
+            None => None,
+        };
         Some(HeldBytes {
             _connection: c,
             _shared: s,
@@ -149,7 +163,7 @@ impl<M> Replier<M> {
     /// handler that reads data for a reply reserves first, so data is read only for
     /// clients that take it.
     pub async fn reserve(&self, bytes: usize) -> Option<ReplyBytes> {
-        take(&self.pools.0, &self.pools.1, bytes, &self.closed).await
+        take(&self.pools.0, Some(&self.pools.1), bytes, &self.closed).await
     }
 
     /// Cancelled when the connection closes (the peer left, a bad frame, a timeout, a
@@ -378,15 +392,18 @@ impl<M: FrameMessage> Reader<M> {
                 };
             }
         }
-        let deadline = Instant::now() + self.frame_timeout;
         let frame_len = self
             .codec
             .frame_len(&self.buf[..HEADER_LEN])
             .map_err(ReadEnd::Frame)?;
         // Room for the frame before its body is read.
-        let Some(bytes) = take(&self.incoming.0, &self.incoming.1, frame_len, &closed).await else {
+        let shared = (frame_len > SMALL_FRAME).then_some(&self.incoming.1);
+        let Some(bytes) = take(&self.incoming.0, shared, frame_len, &closed).await else {
             return Ok(None);
         };
+        // The body's deadline runs from when there is room for it: waiting for room
+        // (memory pressure) is the server's doing, not the client's.
+        let deadline = Instant::now() + self.frame_timeout;
         let want = HEADER_LEN + frame_len;
         if self.buf.len() < want {
             self.buf.reserve(want - self.buf.len());

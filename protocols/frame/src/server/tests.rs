@@ -484,6 +484,7 @@ async fn shutdown_closes_connections() {
 async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
     let limits = ConnectionLimits {
         max_in_flight_bytes: bytesize::ByteSize::mib(1),
+        max_in_flight_bytes_per_connection: bytesize::ByteSize::mib(1),
         frame_timeout: Duration::from_secs(1),
         ..ConnectionLimits::default()
     };
@@ -500,11 +501,23 @@ async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
         server.budget.incoming_in_use() == 1 << 20
     })
     .await;
-    // Another connection's frame waits for room instead of being read.
+    // Another connection's large frame waits for room instead of being read...
     let mut other = Client::connect(server.addr).await;
-    other.send(&[request(1, Op::Fast, 0, 0)]).await;
+    let mut big = encoded(&[request(1, Op::Fast, 0, 0)]);
+    // (a request padded to 128 KiB of fields, past the small-frame bypass)
+    let pad = 128 << 10;
+    let len = i32::from_be_bytes(big[0..4].try_into().unwrap()) + pad;
+    big[0..4].copy_from_slice(&len.to_be_bytes());
+    big.extend_from_slice(&vec![0u8; pad as usize]);
+    other.write.write_all(&big).await.unwrap();
     let early = tokio::time::timeout(Duration::from_millis(300), other.replies.next()).await;
-    assert!(early.is_err(), "a frame was read with the pool full");
+    assert!(early.is_err(), "a large frame was read with the pool full");
+    // ...while small frames (control messages, pushes) are not stuck behind it.
+    let mut small = Client::connect(server.addr).await;
+    assert!(
+        small.served(2).await,
+        "a small frame waited for the shared pool"
+    );
     // The stalled frame is cut off after frame_timeout; its room goes to the other.
     assert!(slow.closed().await, "a stalled frame kept its connection");
     assert_eq!(other.reply().await, Some(1));
