@@ -54,16 +54,16 @@ pub struct HeldBytes {
 pub type ReplyBytes = HeldBytes;
 
 /// Takes `bytes` from a connection's pool, then (unless None) its protocol's: always
-/// in this order, so two waiters cannot hold one each. One connection never takes more
-/// of the protocol's pool than its own pool's size, so a single client cannot take it
-/// all. None once `closed` is cancelled.
+/// in this order, so two waiters cannot hold one each. A request larger than a pool
+/// takes all of that pool: one frame bigger than the protocol's pool is read only
+/// while nothing else large is, so what the pools let in exceeds their size by at
+/// most one frame (`max_frame_size`). None once `closed` is cancelled.
 async fn take(
     connection: &Pool,
     shared: Option<&Pool>,
     bytes: usize,
     closed: &CancellationToken,
 ) -> Option<HeldBytes> {
-    let bytes = bytes.min(connection.size as usize);
     let take = async {
         let c = connection
             .semaphore
