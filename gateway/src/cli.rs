@@ -40,6 +40,9 @@ pub enum BenchCommand {
     Flink(crate::bench::flink::FlinkBenchArgs),
     /// How long a writer waits for memory once it is released: woken by the release against a 5 ms poll.
     MemoryWait(crate::bench::memory_wait::MemoryWaitBenchArgs),
+    /// Both protocols at once, many clients, several times the memory budget:
+    /// peak RSS against the configured bound, backpressure, every block checked.
+    Overload(crate::bench::overload::OverloadBenchArgs),
 }
 
 #[derive(Debug, Args)]

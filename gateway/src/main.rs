@@ -66,6 +66,7 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
             BenchCommand::Cold(args) => bench::cold::run(args).await,
             BenchCommand::Flink(args) => bench::flink::run(args).await,
             BenchCommand::MemoryWait(args) => bench::memory_wait::run(args).await,
+            BenchCommand::Overload(args) => bench::overload::run(args).await,
         }
     })
 }

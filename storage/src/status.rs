@@ -42,6 +42,8 @@ pub struct MemoryStatus {
     pub flushing: u64,
     pub high_watermark: f64,
     pub low_watermark: f64,
+    /// `memory.read_capacity`: disk and cold reads in progress, outside `capacity`.
+    pub read_capacity: u64,
 }
 
 /// Bytes of shuffle data held per tier.
@@ -115,6 +117,7 @@ impl Store {
                 flushing: self.budget.flushing(),
                 high_watermark: self.config.memory.high_watermark,
                 low_watermark: self.config.memory.low_watermark,
+                read_capacity: self.config.memory.read_capacity.as_u64(),
             },
             tiers,
             disks: self.disks.iter().map(|d| d.status()).collect(),

@@ -5,6 +5,7 @@ pub mod celeborn;
 pub mod cold;
 pub mod flink;
 pub mod memory_wait;
+pub mod overload;
 pub mod report;
 pub mod storage;
 pub mod uniffle;

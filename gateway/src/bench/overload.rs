@@ -1,0 +1,158 @@
+//! `switchyard bench overload`: many clients of both protocols at once push
+//! several times the node's memory budget (Celeborn pushes and Uniffle sends at
+//! the same time, each half of them), commit, and read everything back,
+//! checking every batch and block. It prints the server's peak RSS against
+//! what the configuration bounds it to (memory budget + read budget + 64 MiB),
+//! the backpressure the server answered with, and the throughput.
+//!
+//! Run it against a freshly started server (its peak RSS is the process's
+//! lifetime peak) with `--server-pid`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use bytesize::ByteSize;
+
+use super::celeborn::CelebornBenchArgs;
+use super::report::{self, gbps, mib};
+use super::uniffle::UniffleBenchArgs;
+
+/// Allowed beyond the two budgets: code, runtime, connection buffers.
+const OVERHEAD: u64 = 64 << 20;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct OverloadBenchArgs {
+    /// The node's admin HTTP address (for its budget and counters).
+    #[arg(long, default_value = "127.0.0.1:19990")]
+    pub admin: SocketAddr,
+    /// Celeborn master address.
+    #[arg(long, default_value = "127.0.0.1:9097")]
+    pub celeborn_master: String,
+    /// Uniffle coordinator address.
+    #[arg(long, default_value = "127.0.0.1:19999")]
+    pub uniffle_coordinator: String,
+    /// Concurrent clients in all, half per protocol (each a writer, then a reader).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Bytes pushed in all, as a multiple of the node's memory budget.
+    #[arg(long, default_value_t = 10)]
+    pub times_budget: u64,
+    /// Uniffle transport: GRPC or GRPC_NETTY.
+    #[arg(long, default_value = "GRPC_NETTY")]
+    pub transport: String,
+    /// PID of the server, for its peak RSS.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+}
+
+/// A GET on the admin HTTP (HTTP/1.0, the body).
+fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("admin HTTP at {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (_, body) = out.split_once("\r\n\r\n").context("no HTTP body")?;
+    Ok(body.to_string())
+}
+
+/// The backpressure a node has answered with so far.
+struct Backpressure {
+    memory_waits: u64,
+    uniffle_no_buffer: f64,
+}
+
+fn backpressure(admin: SocketAddr) -> anyhow::Result<Backpressure> {
+    let status: serde_json::Value = serde_json::from_str(&admin_get(admin, "/api/v1/status")?)?;
+    let metrics = admin_get(admin, "/metrics")?;
+    Ok(Backpressure {
+        memory_waits: status["storage"]["operations"]["memory_waits"]
+            .as_u64()
+            .unwrap_or(0),
+        uniffle_no_buffer: metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("switchyard_uniffle_errors_total{")
+                    && l.contains("status=\"NO_BUFFER")
+            })
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum(),
+    })
+}
+
+pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
+    ensure!(args.clients >= 2, "--clients must be at least 2");
+    let status: serde_json::Value =
+        serde_json::from_str(&admin_get(args.admin, "/api/v1/status")?)?;
+    let memory = &status["storage"]["memory"];
+    let budget = memory["capacity"]
+        .as_u64()
+        .context("storage.memory.capacity")?;
+    let read_budget = memory["read_capacity"].as_u64().unwrap_or(0);
+    let bound = budget + read_budget + OVERHEAD;
+    let total = budget * args.times_budget;
+    let per_protocol = ByteSize::b(total / 2);
+    let clients = args.clients / 2;
+    println!(
+        "overload bench: {} ({}x the {} budget) from {} clients, half Celeborn, half Uniffle {}; bound on peak RSS: budget + read budget {} + {} MiB = {:.0} MiB",
+        ByteSize::b(total),
+        args.times_budget,
+        ByteSize::b(budget),
+        clients * 2,
+        args.transport,
+        ByteSize::b(read_budget),
+        OVERHEAD >> 20,
+        mib(bound)
+    );
+    let before = backpressure(args.admin)?;
+    let celeborn = super::celeborn::run(CelebornBenchArgs {
+        master: args.celeborn_master.clone(),
+        size: per_protocol,
+        mappers: clients,
+        partitions: 64,
+        batch_size: ByteSize::kib(64),
+        server_pid: None,
+    });
+    let uniffle = super::uniffle::run(UniffleBenchArgs {
+        coordinator: args.uniffle_coordinator.clone(),
+        size: per_protocol,
+        mappers: clients,
+        partitions: 64,
+        block_size: ByteSize::kib(256),
+        blocks_per_request: 4,
+        transport: args.transport.clone(),
+        server_pid: None,
+    });
+    let started = Instant::now();
+    let (c, u) = tokio::join!(celeborn, uniffle);
+    let elapsed = started.elapsed();
+    c.context("celeborn half")?;
+    u.context("uniffle half")?;
+    let after = backpressure(args.admin)?;
+    println!(
+        "both protocols: {} written and read back, every batch and block checked, in {:.1} s ({:.3} GB/s written+read)",
+        ByteSize::b(total),
+        elapsed.as_secs_f64(),
+        gbps(2 * total, elapsed)
+    );
+    println!(
+        "backpressure: {} appends waited for memory (Celeborn pushes), {:.0} Uniffle requests answered NO_BUFFER",
+        after.memory_waits - before.memory_waits,
+        after.uniffle_no_buffer - before.uniffle_no_buffer
+    );
+    if let Some(pid) = args.server_pid {
+        let peak = report::peak_rss_of(pid).context("server peak RSS")?;
+        let ratio = peak as f64 / bound as f64;
+        println!(
+            "server peak RSS {:.0} MiB = {:.2} of the bound ({:.0} MiB): {}",
+            mib(peak),
+            ratio,
+            mib(bound),
+            if ratio <= 1.0 { "within" } else { "OVER" }
+        );
+    }
+    Ok(())
+}
