@@ -24,6 +24,7 @@
 mod codec;
 mod error;
 mod fields;
+pub mod log_limit;
 pub mod server;
 
 pub use codec::{frame_parts, FrameCodec, FrameMessage, DEFAULT_MAX_FRAME_SIZE, HEADER_LEN};

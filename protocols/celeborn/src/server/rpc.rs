@@ -10,10 +10,15 @@ use super::error::CelebornError;
 use crate::frame::Message;
 use crate::rpc::{encode_boolean, encode_reply, endpoint, RequestMessage, RpcContent};
 use crate::transport_message::TransportMessage;
+use switchyard_frame::log_limit::{self, LogLimiter};
 
 /// StorageInfo type of this worker's files (`StorageInfo.Type.HDD`): readers
 /// fetch them through the worker's fetch port.
 pub(crate) const STORAGE_TYPE_HDD: i32 = 1;
+
+/// Failed requests are client-caused as often as not: their lines are
+/// rate-limited (`switchyard_celeborn_errors_total` counts each).
+static FAILED_LOG: LogLimiter = log_limit::client_caused();
 
 /// Decodes a control message's payload, or says which type did not decode.
 pub(crate) fn decode<M: prost::Message + Default>(
@@ -92,14 +97,18 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
         }
         let Some(request_id) = request_id else {
             if let Err(e) = reply {
-                tracing::warn!(port = self.port, error = %e, "one-way message failed");
+                if let Some(suppressed) = FAILED_LOG.allow() {
+                    tracing::warn!(port = self.port, error = %e, suppressed, "one-way message failed");
+                }
             }
             return;
         };
         let frame = match reply {
             Ok(body) => Message::RpcResponse { request_id, body },
             Err(e) => {
-                tracing::warn!(port = self.port, status = %e.status(), error = %e, "request failed");
+                if let Some(suppressed) = FAILED_LOG.allow() {
+                    tracing::warn!(port = self.port, status = %e.status(), error = %e, suppressed, "request failed");
+                }
                 Message::RpcFailure {
                     request_id,
                     error: e.client_text(),

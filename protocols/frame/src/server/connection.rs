@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use super::limits::{ConnectionLimits, Pool, TransportBudget};
 use super::{Handler, Labels};
+use crate::log_limit::{self, LogLimiter};
 use crate::{frame_parts, FrameCodec, FrameMessage, HEADER_LEN};
 
 /// Replies queued for one connection's socket. A handler that finds the queue full
@@ -41,6 +42,10 @@ const HEADER_READ: usize = 8 << 10;
 /// another client's half-sent large frames. One connection reads one frame at a
 /// time, so what small frames hold is bounded by its own pool.
 const SMALL_FRAME: usize = 64 << 10;
+
+/// Client-caused warnings, rate-limited (the counters count every event).
+static BAD_FRAME_LOG: LogLimiter = log_limit::client_caused();
+static TIMEOUT_LOG: LogLimiter = log_limit::client_caused();
 
 /// Bytes taken from a connection's pool and its protocol's pool, given back on drop.
 #[derive(Debug)]
@@ -330,7 +335,9 @@ impl<E: fmt::Display> ReadEnd<E> {
             ReadEnd::Frame(e) => {
                 // After a bad header the stream cannot be realigned; after bad fields it
                 // could, but a peer that sends them is not one to keep talking to.
-                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "bad frame; closing the connection");
+                if let Some(suppressed) = BAD_FRAME_LOG.allow() {
+                    tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, error = %e, suppressed, "bad frame; closing the connection");
+                }
                 metrics::counter!("switchyard_bad_frames_total", "protocol" => labels.protocol, "port" => labels.port)
                     .increment(1);
             }
@@ -340,7 +347,9 @@ impl<E: fmt::Display> ReadEnd<E> {
             }
             ReadEnd::Stalled { have, want } => {
                 timeout("frame");
-                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, have, want, "frame not completed in time; closing the connection");
+                if let Some(suppressed) = TIMEOUT_LOG.allow() {
+                    tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, have, want, suppressed, "frame not completed in time; closing the connection");
+                }
             }
             ReadEnd::Truncated { have, want } => {
                 tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, have, want, "connection closed in the middle of a frame")
@@ -486,7 +495,9 @@ async fn write_replies<M>(
                 closed.cancel();
                 metrics::counter!("switchyard_connection_timeouts_total", "protocol" => labels.protocol, "port" => labels.port, "kind" => "write")
                     .increment(1);
-                tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, "reply not taken in time; closing the connection");
+                if let Some(suppressed) = TIMEOUT_LOG.allow() {
+                    tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, suppressed, "reply not taken in time; closing the connection");
+                }
                 break;
             }
         }

@@ -7,6 +7,7 @@ use crate::error::UniffleError;
 use crate::netty;
 use crate::proto;
 use crate::proto::StatusCode;
+use switchyard_frame::log_limit::{self, LogLimiter};
 
 /// The transport a request came by, for the `transport` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +25,10 @@ impl Transport {
     }
 }
 
+/// Failed requests are often client-caused: their lines are rate-limited, the
+/// counter counts each.
+static FAILED_LOG: LogLimiter = log_limit::client_caused();
+
 /// Logs and counts a request answered with an error (`switchyard_uniffle_errors_total`);
 /// returns the status it is answered with. "No buffer" is the client's cue to back off
 /// and retry, so it is logged at debug only.
@@ -31,8 +36,8 @@ pub fn failed(transport: Transport, op: &'static str, e: &UniffleError) -> Statu
     let status = e.status();
     if status == StatusCode::NoBuffer {
         tracing::debug!(transport = transport.as_str(), op, error = %e, "no buffer");
-    } else {
-        tracing::warn!(transport = transport.as_str(), op, error = %e, "request failed");
+    } else if let Some(suppressed) = FAILED_LOG.allow() {
+        tracing::warn!(transport = transport.as_str(), op, error = %e, suppressed, "request failed");
     }
     metrics::counter!(
         "switchyard_uniffle_errors_total",
