@@ -28,6 +28,11 @@ pub struct ConnectionLimits {
     /// storm cannot take every file descriptor that the disks and the cold tier need:
     /// six ports at the limit are about 25,000 sockets, within the usual 65,536 `nofile`.
     pub max_connections: NonZeroUsize,
+    /// Connections open at once on one port from one peer address; one more is
+    /// closed at once like one over `max_connections`, so a single host cannot take
+    /// every place. Default 1024: a host running 64 executors with a few pooled
+    /// connections each stays far below it.
+    pub max_connections_per_peer: NonZeroUsize,
     /// Requests of one connection handled at once. At the limit the connection's
     /// socket is not read until one of them finishes, so a client that sends faster
     /// than the store answers is slowed by TCP flow control (its requests wait on its
@@ -82,6 +87,7 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: NonZeroUsize::new(4096).expect("non-zero"),
+            max_connections_per_peer: NonZeroUsize::new(1024).expect("non-zero"),
             max_in_flight_per_connection: NonZeroUsize::new(256).expect("non-zero"),
             max_in_flight_bytes_per_connection: ByteSize::mib(32),
             max_in_flight_bytes: ByteSize::mib(128),

@@ -27,8 +27,9 @@
 //!   their own buffers.
 //!
 //! Limits and failures, the same for every protocol:
-//! - **connection limit**: a port holds at most `max_connections`; one more is accepted
-//!   and closed at once, counted in `switchyard_connections_rejected_total` and logged at
+//! - **connection limit**: a port holds at most `max_connections`, and at most
+//!   `max_connections_per_peer` from one peer address; one more is accepted and closed
+//!   at once, counted in `switchyard_connections_rejected_total` and logged at
 //!   most every 10 s, so its client fails fast instead of hanging in the backlog. A
 //!   connection keeps its place until its last handler is done;
 //! - **accept errors** (EMFILE, ENFILE, ENOBUFS) pause accepting for 1 s, as Netty does,
@@ -50,11 +51,12 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
@@ -109,6 +111,8 @@ pub async fn serve<M, H>(
     let labels = Labels::of::<M, H>(&handler);
     let max_connections = limits.max_connections.get().min(Semaphore::MAX_PERMITS);
     let places = Arc::new(Semaphore::new(max_connections));
+    let max_per_peer = limits.max_connections_per_peer.get();
+    let peers = Peers::default();
     let mut rejected = RejectLog::default();
     loop {
         let (stream, peer) = tokio::select! {
@@ -132,9 +136,16 @@ pub async fn serve<M, H>(
         };
         let Ok(place) = places.clone().try_acquire_owned() else {
             drop(stream);
-            metrics::counter!("switchyard_connections_rejected_total", "protocol" => labels.protocol, "port" => labels.port)
+            metrics::counter!("switchyard_connections_rejected_total", "protocol" => labels.protocol, "port" => labels.port, "limit" => "port")
                 .increment(1);
-            rejected.note(labels, peer, max_connections);
+            rejected.note(labels, peer, "max_connections", max_connections);
+            continue;
+        };
+        let Some(peer_place) = peers.enter(peer.ip(), max_per_peer) else {
+            drop(stream);
+            metrics::counter!("switchyard_connections_rejected_total", "protocol" => labels.protocol, "port" => labels.port, "limit" => "peer")
+                .increment(1);
+            rejected.note(labels, peer, "max_connections_per_peer", max_per_peer);
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -143,6 +154,7 @@ pub async fn serve<M, H>(
         let budget = budget.clone();
         tokio::spawn(async move {
             let _open = Open::new(labels, place);
+            let _peer = peer_place;
             connection::run(
                 stream,
                 peer,
@@ -154,6 +166,43 @@ pub async fn serve<M, H>(
             )
             .await;
         });
+    }
+}
+
+/// Open connections per peer address on one port.
+#[derive(Clone, Default)]
+struct Peers(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// A connection's place in its peer's count, given back on drop.
+struct PeerPlace {
+    peers: Peers,
+    ip: IpAddr,
+}
+
+impl Peers {
+    fn enter(&self, ip: IpAddr, limit: usize) -> Option<PeerPlace> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(PeerPlace {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerPlace {
+    fn drop(&mut self) {
+        let mut map = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -216,7 +265,7 @@ struct RejectLog {
 }
 
 impl RejectLog {
-    fn note(&mut self, labels: Labels, peer: SocketAddr, limit: usize) {
+    fn note(&mut self, labels: Labels, peer: SocketAddr, which: &'static str, limit: usize) {
         self.since_last += 1;
         if self.last.is_some_and(|t| t.elapsed() < REJECT_LOG_INTERVAL) {
             return;
@@ -225,6 +274,7 @@ impl RejectLog {
             protocol = labels.protocol,
             port = labels.port,
             %peer,
+            which,
             limit,
             refused = self.since_last,
             "connection limit reached; closing new connections"

@@ -582,3 +582,37 @@ async fn a_client_that_does_not_read_stops_getting_data_read_for_it() {
     .await;
     assert!(server.handler.reserved.load(Ordering::SeqCst) < 40);
 }
+
+#[tokio::test]
+async fn one_peer_cannot_take_every_place() {
+    let limits = ConnectionLimits {
+        max_connections_per_peer: std::num::NonZeroUsize::new(2).unwrap(),
+        ..ConnectionLimits::default()
+    };
+    let server = start_with(limits).await;
+    let mut first = Client::connect(server.addr).await;
+    let mut second = Client::connect(server.addr).await;
+    assert!(first.served(1).await);
+    assert!(second.served(2).await);
+    let mut third = Client::connect(server.addr).await;
+    let _ = third
+        .write
+        .write_all(&encoded(&[request(3, Op::Fast, 0, 0)]))
+        .await;
+    assert!(
+        third.closed().await,
+        "a third connection from one peer stayed open"
+    );
+    // Its place comes back when one of the two closes.
+    drop(first);
+    let mut served = false;
+    for attempt in 0..100 {
+        let mut c = Client::connect(server.addr).await;
+        if c.served(10 + attempt).await {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "no peer place freed after a connection closed");
+}
