@@ -151,6 +151,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             if i + 1 == cells.len() {
                 l.push_str(cell);
             } else {
+                let w = *w;
                 let _ = write!(l, "{cell:<w$}  ");
             }
         }

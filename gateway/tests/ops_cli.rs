@@ -75,6 +75,18 @@ fn check_config_passes_the_reference_file_and_prints_it() {
     );
 }
 
+/// The container image's own config (deploy/docker/switchyard.toml), as the
+/// image runs it: SWITCHYARD_HOST set to the container's IP.
+#[test]
+fn check_config_passes_the_image_config() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/docker/switchyard.toml");
+    let (ok, stdout, stderr) = check(&path, &[("SWITCHYARD_HOST", "172.17.0.2")]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("listen = \"0.0.0.0:19990\""), "{stdout}");
+    assert!(stdout.contains("\"172.17.0.2:9097\""), "{stdout}");
+    assert!(stdout.contains("/var/lib/switchyard/data"), "{stdout}");
+}
+
 #[test]
 fn check_config_applies_env_overrides_and_redacts_secrets() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,7 +26,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Selector labels of one component: include with (list . "worker"). */}}
 {{- define "switchyard.selectorLabels" -}}
-{{- $root := index . 0 }}
+{{- $root := index . 0 -}}
 app.kubernetes.io/name: {{ include "switchyard.name" $root }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
