@@ -329,7 +329,8 @@ impl GatewayConfig {
         let all = self.listen_addresses();
         for (i, (key_a, a)) in all.iter().enumerate() {
             for (key_b, b) in &all[i + 1..] {
-                let same_ip = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
+                let same_ip =
+                    a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
                 if a.port() != 0 && a.port() == b.port() && same_ip {
                     bail!("{key_b} ({b}) clashes with {key_a} ({a}): one port per listener");
                 }
@@ -349,7 +350,11 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
     let line = text[line_start..line_end].trim();
     if line.starts_with('[') {
         // The error is about a table header itself.
-        return Some(line.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+        return Some(
+            line.trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string(),
+        );
     }
     let (key, _) = line.split_once('=')?;
     let key = key.trim();
@@ -744,13 +749,22 @@ mod tests {
     #[test]
     fn errors_name_the_dotted_key() {
         for (text, key) in [
-            ("[storage.memory]\ncapacty = \"1GiB\"", "storage.memory.capacty"),
+            (
+                "[storage.memory]\ncapacty = \"1GiB\"",
+                "storage.memory.capacty",
+            ),
             ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
-            ("[log]\nlevel = \"info\"\n\n[uniffle]\nenabled = 3", "uniffle.enabled"),
+            (
+                "[log]\nlevel = \"info\"\n\n[uniffle]\nenabled = 3",
+                "uniffle.enabled",
+            ),
             ("bogus = 1", "bogus"),
         ] {
             let err = format!("{:#}", GatewayConfig::from_toml(text).unwrap_err());
-            assert!(err.starts_with(&format!("key {key}: ")), "{text:?} gave {err}");
+            assert!(
+                err.starts_with(&format!("key {key}: ")),
+                "{text:?} gave {err}"
+            );
         }
     }
 
@@ -783,7 +797,10 @@ mod tests {
         .unwrap();
         let text = c.to_redacted_toml().unwrap();
         assert!(!text.contains("hunter2"), "{text}");
-        assert!(text.contains("secret_access_key = \"<redacted>\""), "{text}");
+        assert!(
+            text.contains("secret_access_key = \"<redacted>\""),
+            "{text}"
+        );
         assert!(text.contains("AKIA1"), "{text}");
         let back = GatewayConfig::from_toml(&text).unwrap();
         back.validate().unwrap();

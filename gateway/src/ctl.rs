@@ -71,7 +71,10 @@ async fn fetch_status(admin: &str) -> anyhow::Result<(String, String)> {
         } else {
             "request failed"
         };
-        anyhow::anyhow!("node at {admin} is unreachable: GET {url}: {why}: {}", chain(&e))
+        anyhow::anyhow!(
+            "node at {admin} is unreachable: GET {url}: {why}: {}",
+            chain(&e)
+        )
     })?;
     let code = response.status();
     let body = response
@@ -122,12 +125,7 @@ fn bytes(v: &Value) -> String {
 }
 
 fn duration_secs(secs: u64) -> String {
-    let (d, h, m, s) = (
-        secs / 86_400,
-        secs / 3600 % 24,
-        secs / 60 % 60,
-        secs % 60,
-    );
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     match (d, h, m) {
         (0, 0, 0) => format!("{s}s"),
         (0, 0, _) => format!("{m}m {s}s"),
@@ -335,8 +333,14 @@ mod tests {
     #[test]
     fn status_urls() {
         for (admin, url) in [
-            ("http://127.0.0.1:19990", "http://127.0.0.1:19990/api/v1/status"),
-            ("http://127.0.0.1:19990/", "http://127.0.0.1:19990/api/v1/status"),
+            (
+                "http://127.0.0.1:19990",
+                "http://127.0.0.1:19990/api/v1/status",
+            ),
+            (
+                "http://127.0.0.1:19990/",
+                "http://127.0.0.1:19990/api/v1/status",
+            ),
             ("10.0.0.5:19990", "http://10.0.0.5:19990/api/v1/status"),
         ] {
             assert_eq!(status_url(admin).unwrap(), url);

@@ -89,7 +89,12 @@ fn rendered_toml(manifests: &str) -> String {
 }
 
 /// `check-config` on `toml` with a pod's environment: (success, stdout, stderr).
-fn check_config(dir: &Path, name: &str, toml: &str, env: &[(&str, &str)]) -> (bool, String, String) {
+fn check_config(
+    dir: &Path,
+    name: &str,
+    toml: &str,
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
     let path = dir.join(name);
     std::fs::write(&path, toml).unwrap();
     let mut cmd = Command::new(BIN);
@@ -170,7 +175,10 @@ fn chart_lints_renders_and_its_config_passes_check_config() {
     for (role, env) in [("worker", WORKER_ENV), ("coordinator", COORDINATOR_ENV)] {
         let (ok, stdout, stderr) = check_config(dir.path(), "default.toml", &toml, env);
         assert!(ok, "{role}: the rendered config fails:\n{toml}\n{stderr}");
-        assert!(stdout.contains("\"10.1.2."), "{role}: listeners not on the pod IP:\n{stdout}");
+        assert!(
+            stdout.contains("\"10.1.2."),
+            "{role}: listeners not on the pod IP:\n{stdout}"
+        );
         assert!(stdout.contains("listen = \"0.0.0.0:19990\""), "{stdout}");
     }
 
@@ -207,7 +215,10 @@ serviceMonitor: {enabled: true}
     assert!(kinds(&manifests).iter().any(|x| x == "ServiceMonitor"));
     assert!(manifests.contains("requiredDuringSchedulingIgnoredDuringExecution"));
     assert!(manifests.contains("storageClassName: \"local-ssd\""));
-    assert!(!manifests.contains("celeborn-master"), "Celeborn ports while off");
+    assert!(
+        !manifests.contains("celeborn-master"),
+        "Celeborn ports while off"
+    );
     let toml = rendered_toml(&manifests);
     assert!(toml.contains("dirs = [\"/data/0\", \"/data/1\"]"), "{toml}");
     let (ok, stdout, stderr) = check_config(dir.path(), "variant.toml", &toml, WORKER_ENV);
@@ -219,21 +230,38 @@ serviceMonitor: {enabled: true}
         "high_watermark = 0.8",
         "tags = [\"ssd\", \"rack-1\"]",
     ] {
-        assert!(stdout.contains(want), "{want:?} not in the effective config:\n{stdout}");
+        assert!(
+            stdout.contains(want),
+            "{want:?} not in the effective config:\n{stdout}"
+        );
     }
 
     // A bad value renders, and check-config names its key.
     let manifests = helm(
         &helm_bin,
-        &["template", "sy", chart, "--set", "config.storage.memory.capacity=lots"],
+        &[
+            "template",
+            "sy",
+            chart,
+            "--set",
+            "config.storage.memory.capacity=lots",
+        ],
     )
     .unwrap();
-    let (ok, _, stderr) = check_config(dir.path(), "bad.toml", &rendered_toml(&manifests), WORKER_ENV);
+    let (ok, _, stderr) = check_config(
+        dir.path(),
+        "bad.toml",
+        &rendered_toml(&manifests),
+        WORKER_ENV,
+    );
     assert!(!ok);
     assert!(stderr.contains("storage.memory.capacity"), "{stderr}");
 
     // The dashboard is off until the repository has one; on, it says why.
-    let err = helm(&helm_bin, &["template", "sy", chart, "--set", "dashboard.enabled=true"])
-        .unwrap_err();
+    let err = helm(
+        &helm_bin,
+        &["template", "sy", chart, "--set", "dashboard.enabled=true"],
+    )
+    .unwrap_err();
     assert!(err.contains("no dashboards/switchyard.json"), "{err}");
 }
