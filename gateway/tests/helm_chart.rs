@@ -228,7 +228,7 @@ serviceMonitor: {enabled: true}
         "root = \"/mnt/cold\"",
         "capacity = \"6.0 GiB\"",
         "high_watermark = 0.8",
-        "tags = [\"ssd\", \"rack-1\"]",
+        "\"ssd\",\n    \"rack-1\",",
     ] {
         assert!(
             stdout.contains(want),
