@@ -16,7 +16,6 @@ mod telemetry;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
 
 use crate::cli::{BenchCommand, CheckConfigArgs, Cli, Command, ServeArgs};
@@ -60,8 +59,16 @@ fn tame_allocator() {
 /// the `SWITCHYARD_*` overrides, then every check), and prints the effective
 /// configuration. Binds no port and touches no data directory.
 fn run_check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
-    let config = GatewayConfig::load(Some(&args.file))
-        .with_context(|| format!("{} is not a valid configuration", args.file.display()))?;
+    let file = args.file.display().to_string();
+    // Errors of the file itself already name it; the others (a check, an
+    // environment override) get it in front.
+    let config = GatewayConfig::load(Some(&args.file)).map_err(|e| {
+        if format!("{e:#}").contains(&file) {
+            e
+        } else {
+            e.context(format!("{file} is not a valid configuration"))
+        }
+    })?;
     if args.quiet {
         return Ok(());
     }
