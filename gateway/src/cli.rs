@@ -1,4 +1,5 @@
-//! Command line: `switchyard serve [--config FILE]`.
+//! Command line: `switchyard serve [--config FILE]`, `switchyard check-config
+//! FILE`, `switchyard ctl status|apps`, `switchyard bench ...`.
 
 use std::path::PathBuf;
 
@@ -21,6 +22,14 @@ pub enum Command {
     /// Run the gateway: admin HTTP, metrics and the store (built-in defaults
     /// when no config file is given).
     Serve(ServeArgs),
+    /// Load FILE exactly as `serve` would (defaults, the file, SWITCHYARD_*
+    /// overrides), validate it, and print the effective configuration as
+    /// TOML with secrets redacted. Exits 1 naming the key on an error.
+    /// Binds nothing and writes nothing.
+    CheckConfig(CheckConfigArgs),
+    /// Ask a running node over its admin HTTP.
+    #[command(subcommand)]
+    Ctl(CtlCommand),
     /// Benchmarks that print figures against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -53,6 +62,39 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 }
 
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The TOML config file to check.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Print nothing on success; only the exit status tells.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// The node's id, version, uptime, readiness, roles, memory and disks.
+    Status(CtlArgs),
+    /// The applications the node's store holds.
+    Apps(CtlArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The node's admin HTTP address (`admin.listen`).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SWITCHYARD_ADMIN",
+        default_value = "http://127.0.0.1:19990"
+    )]
+    pub admin: String,
+    /// Print the raw JSON of /api/v1/status instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +121,30 @@ mod tests {
             panic!("serve expected")
         };
         assert_eq!(args.config, Some(PathBuf::from("x.toml")));
+    }
+
+    #[test]
+    fn check_config_and_ctl_parse() {
+        let cli = Cli::try_parse_from(["switchyard", "check-config", "x.toml"]).unwrap();
+        let Command::CheckConfig(args) = cli.command else {
+            panic!("check-config expected")
+        };
+        assert_eq!(args.file, PathBuf::from("x.toml"));
+        assert!(Cli::try_parse_from(["switchyard", "check-config"]).is_err());
+
+        let cli = Cli::try_parse_from([
+            "switchyard",
+            "ctl",
+            "apps",
+            "--admin",
+            "http://10.0.0.1:1",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Ctl(CtlCommand::Apps(args)) = cli.command else {
+            panic!("ctl apps expected")
+        };
+        assert_eq!(args.admin, "http://10.0.0.1:1");
+        assert!(args.json);
     }
 }

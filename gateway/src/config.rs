@@ -36,6 +36,19 @@ pub const ENV_RUST_LOG: &str = "RUST_LOG";
 /// `log.format`: `text` or `json`
 pub const ENV_LOG_FORMAT: &str = "SWITCHYARD_LOG_FORMAT";
 
+/// Every variable that [`GatewayConfig::apply_env`] reads.
+pub const ENV_OVERRIDES: &[&str] = &[
+    ENV_NODE_ID,
+    ENV_HOST,
+    ENV_ADMIN_LISTEN,
+    ENV_MEMORY_CAPACITY,
+    ENV_DATA_DIRS,
+    ENV_DISK_MIN_FREE,
+    ENV_LOG,
+    ENV_RUST_LOG,
+    ENV_LOG_FORMAT,
+];
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -158,8 +171,27 @@ impl GatewayConfig {
 
     /// Parses TOML; keys left out keep their defaults, unknown keys are errors.
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        // toml's error message carries the line, column and offending key.
-        Ok(toml::from_str(text)?)
+        // toml's error message carries the line, column and offending key;
+        // the full dotted key goes in front of it.
+        toml::from_str(text).map_err(|e| {
+            let key = e.span().and_then(|span| key_at(text, span.start));
+            let e = anyhow::Error::new(e);
+            match key {
+                Some(key) => e.context(format!("key {key}")),
+                None => e,
+            }
+        })
+    }
+
+    /// The configuration as TOML, every key written out (defaults too),
+    /// with secrets (such as `storage.cold.secret_access_key`) replaced by
+    /// `"<redacted>"`. Sizes are shown as `bytesize` prints them: rounded
+    /// to one decimal of their largest unit.
+    pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
+        let mut value =
+            toml::Value::try_from(self).context("cannot render the configuration as TOML")?;
+        redact(&mut value);
+        Ok(toml::to_string_pretty(&value)?)
     }
 
     /// Applies the `SWITCHYARD_*` overrides (and `RUST_LOG`). Variables that
@@ -269,7 +301,107 @@ impl GatewayConfig {
             .connections
             .validate()
             .map_err(|e| anyhow::anyhow!("invalid [celeborn.connections]: {e}"))?;
+        self.check_listen_addresses()?;
         Ok(())
+    }
+
+    /// Every listen address of an enabled role, with its key.
+    pub fn listen_addresses(&self) -> Vec<(&'static str, SocketAddr)> {
+        let mut all = vec![("admin.listen", self.admin.listen)];
+        let u = &self.uniffle;
+        if u.enabled {
+            all.push(("uniffle.coordinator_listen", u.coordinator_listen));
+            all.push(("uniffle.server_grpc_listen", u.server_grpc_listen));
+            if let Some(addr) = u.server_netty_listen {
+                all.push(("uniffle.server_netty_listen", addr));
+            }
+        }
+        let c = &self.celeborn;
+        if c.enabled {
+            all.push(("celeborn.master_listen", c.master_listen));
+            all.push(("celeborn.worker_rpc_listen", c.worker_rpc_listen));
+            all.push(("celeborn.worker_push_listen", c.worker_push_listen));
+            all.push(("celeborn.worker_fetch_listen", c.worker_fetch_listen));
+            all.push((
+                "celeborn.worker_replicate_listen",
+                c.worker_replicate_listen,
+            ));
+        }
+        all
+    }
+
+    /// Two listeners on one port (on the same IP, or one of them on all
+    /// interfaces) would fail at bind; say so before anything starts. Port 0
+    /// (any free port) never clashes.
+    fn check_listen_addresses(&self) -> anyhow::Result<()> {
+        let all = self.listen_addresses();
+        for (i, (key_a, a)) in all.iter().enumerate() {
+            for (key_b, b) in &all[i + 1..] {
+                let same_ip =
+                    a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
+                if a.port() != 0 && a.port() == b.port() && same_ip {
+                    bail!("{key_b} ({b}) clashes with {key_a} ({a}): one port per listener");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The dotted key at byte `offset` of a TOML text: the key of a `key = value`
+/// line (whether the offset is at the key or the value) under the closest
+/// `[table]` header above it. A best effort for error messages.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = text[line_start..line_end].trim();
+    if line.starts_with('[') {
+        // The error is about a table header itself.
+        return Some(
+            line.trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string(),
+        );
+    }
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty() {
+        return None;
+    }
+    let table = text[..line_start].lines().rev().find_map(|l| {
+        let l = l.trim();
+        (l.starts_with('[') && !l.starts_with("[[") && l.contains(']'))
+            .then(|| l[1..l.find(']').unwrap()].trim().to_string())
+    });
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key.to_string(),
+    })
+}
+
+/// Whether a key holds a secret that the printed configuration must not show.
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["secret", "password", "token", "credential"]
+        .iter()
+        .any(|word| key.contains(word))
+}
+
+/// Replaces every secret value (see [`is_secret_key`]) with `"<redacted>"`.
+fn redact(value: &mut toml::Value) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, v) in table.iter_mut() {
+                if is_secret_key(key) && !v.is_table() {
+                    *v = toml::Value::String("<redacted>".into());
+                } else {
+                    redact(v);
+                }
+            }
+        }
+        toml::Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
     }
 }
 
@@ -620,6 +752,70 @@ mod tests {
         let mut c = GatewayConfig::default();
         c.storage.memory.low_watermark = 0.9;
         assert!(format!("{:#}", c.validate().unwrap_err()).contains("watermark"));
+    }
+
+    #[test]
+    fn errors_name_the_dotted_key() {
+        for (text, key) in [
+            (
+                "[storage.memory]\ncapacty = \"1GiB\"",
+                "storage.memory.capacty",
+            ),
+            ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
+            (
+                "[log]\nlevel = \"info\"\n\n[uniffle]\nenabled = 3",
+                "uniffle.enabled",
+            ),
+            ("bogus = 1", "bogus"),
+        ] {
+            let err = format!("{:#}", GatewayConfig::from_toml(text).unwrap_err());
+            assert!(
+                err.starts_with(&format!("key {key}: ")),
+                "{text:?} gave {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn clashing_listen_addresses_are_rejected() {
+        let c = GatewayConfig::from_toml(
+            "[uniffle]\nserver_grpc_listen = \"0.0.0.0:9097\"\n[celeborn]\nmaster_listen = \"127.0.0.1:9097\"",
+        )
+        .unwrap();
+        let err = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            err.contains("celeborn.master_listen") && err.contains("uniffle.server_grpc_listen"),
+            "{err}"
+        );
+        // Other IPs, port 0 and disabled roles do not clash.
+        for ok in [
+            "[uniffle]\nserver_grpc_listen = \"127.0.0.2:9097\"",
+            "[uniffle]\ncoordinator_listen = \"127.0.0.1:0\"\nserver_grpc_listen = \"127.0.0.1:0\"",
+            "[celeborn]\nenabled = false\n[uniffle]\nserver_grpc_listen = \"127.0.0.1:9097\"",
+        ] {
+            GatewayConfig::from_toml(ok).unwrap().validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn redacted_toml_hides_secrets_and_parses_back() {
+        let c = GatewayConfig::from_toml(
+            "[storage.cold]\nservice = \"s3\"\nbucket = \"b\"\naccess_key_id = \"AKIA1\"\nsecret_access_key = \"hunter2\"",
+        )
+        .unwrap();
+        let text = c.to_redacted_toml().unwrap();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("secret_access_key = \"<redacted>\""),
+            "{text}"
+        );
+        assert!(text.contains("AKIA1"), "{text}");
+        let back = GatewayConfig::from_toml(&text).unwrap();
+        back.validate().unwrap();
+
+        let defaults = GatewayConfig::default().to_redacted_toml().unwrap();
+        let back = GatewayConfig::from_toml(&defaults).unwrap();
+        assert!(same(&back, &GatewayConfig::default()), "{defaults}");
     }
 
     /// config/switchyard.toml must describe exactly the built-in defaults.

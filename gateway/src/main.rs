@@ -1,11 +1,14 @@
 //! `switchyard`: the gateway process. It owns config, the node's identity,
 //! logs, metrics, admin HTTP, the store, and the listeners of the Uniffle and
-//! Celeborn roles (`serve`); `switchyard bench ...` runs the benchmarks.
+//! Celeborn roles (`serve`); `switchyard check-config FILE` checks a config
+//! file without starting anything; `switchyard ctl ...` asks a running node
+//! over admin HTTP; `switchyard bench ...` runs the benchmarks.
 
 mod admin;
 mod bench;
 mod cli;
 mod config;
+mod ctl;
 mod node;
 mod serve;
 mod telemetry;
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::cli::{BenchCommand, Cli, Command, ServeArgs};
+use crate::cli::{BenchCommand, CheckConfigArgs, Cli, Command, ServeArgs};
 use crate::config::GatewayConfig;
 
 /// How long blocking tasks may linger once `serve` has returned.
@@ -26,6 +29,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::CheckConfig(args) => run_check_config(args),
+        Command::Ctl(command) => ctl::run(command),
         Command::Bench(bench) => run_bench(bench),
     };
     match result {
@@ -48,6 +53,43 @@ fn tame_allocator() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
+}
+
+/// Loads the file through the same loader as `serve` (defaults, the file,
+/// the `SWITCHYARD_*` overrides, then every check), and prints the effective
+/// configuration. Binds no port and touches no data directory.
+fn run_check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
+    let file = args.file.display().to_string();
+    // Errors of the file itself already name it; the others (a check, an
+    // environment override) get it in front.
+    let config = GatewayConfig::load(Some(&args.file)).map_err(|e| {
+        if format!("{e:#}").contains(&file) {
+            e
+        } else {
+            e.context(format!("{file} is not a valid configuration"))
+        }
+    })?;
+    if args.quiet {
+        return Ok(());
+    }
+    let overrides: Vec<&str> = config::ENV_OVERRIDES
+        .iter()
+        .copied()
+        .filter(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
+        .collect();
+    println!(
+        "# The effective configuration of {}: built-in defaults, then the file,\n\
+         # then the environment ({}). Secrets are redacted.",
+        args.file.display(),
+        if overrides.is_empty() {
+            "no SWITCHYARD_* overrides set".to_string()
+        } else {
+            format!("overrides: {}", overrides.join(", "))
+        }
+    );
+    print!("{}", config.to_redacted_toml()?);
+    eprintln!("switchyard: {} is valid", args.file.display());
+    Ok(())
 }
 
 fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {

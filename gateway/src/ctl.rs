@@ -1,0 +1,386 @@
+//! `switchyard ctl status|apps`: ask a running node over its admin HTTP
+//! (`GET /api/v1/status`) and print a table, or the raw JSON with `--json`.
+//!
+//! The JSON is read as untyped `serde_json::Value`, so a field the node adds
+//! or this build does not know never breaks the table.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytesize::ByteSize;
+use serde_json::Value;
+
+use crate::cli::{CtlArgs, CtlCommand};
+
+/// One request, connect included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub fn run(command: CtlCommand) -> anyhow::Result<()> {
+    let (args, render): (CtlArgs, fn(&Value) -> String) = match command {
+        CtlCommand::Status(args) => (args, render_status),
+        CtlCommand::Apps(args) => (args, render_apps),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    let (url, body) = runtime.block_on(fetch_status(&args.admin))?;
+    if args.json {
+        println!("{}", body.trim_end());
+        return Ok(());
+    }
+    let status: Value = serde_json::from_str(&body)
+        .with_context(|| format!("{url} did not answer with JSON: {}", snippet(&body)))?;
+    print!("{}", render(&status));
+    Ok(())
+}
+
+/// `http://HOST:PORT` (or a bare `HOST:PORT`) and `/api/v1/status`.
+pub fn status_url(admin: &str) -> anyhow::Result<String> {
+    let admin = admin.trim().trim_end_matches('/');
+    if admin.is_empty() {
+        bail!("--admin is empty: give the node's admin address, such as http://127.0.0.1:19990");
+    }
+    let base = if admin.contains("://") {
+        if !admin.starts_with("http://") && !admin.starts_with("https://") {
+            bail!("--admin {admin:?}: only http:// addresses are served by the admin port");
+        }
+        admin.to_string()
+    } else {
+        format!("http://{admin}")
+    };
+    Ok(format!("{base}/api/v1/status"))
+}
+
+async fn fetch_status(admin: &str) -> anyhow::Result<(String, String)> {
+    let url = status_url(admin)?;
+    let client = reqwest::Client::builder()
+        // The admin port is inside the cluster network; never via a proxy.
+        .no_proxy()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .context("cannot build the HTTP client")?;
+    let response = client.get(&url).send().await.map_err(|e| {
+        let why = if e.is_connect() {
+            "cannot connect (is `switchyard serve` running there, and is that its admin.listen?)"
+        } else if e.is_timeout() {
+            "no answer in time"
+        } else {
+            "request failed"
+        };
+        anyhow::anyhow!(
+            "node at {admin} is unreachable: GET {url}: {why}: {}",
+            chain(&e)
+        )
+    })?;
+    let code = response.status();
+    let body = response
+        .text()
+        .await
+        .with_context(|| format!("GET {url}: cannot read the answer"))?;
+    if !code.is_success() {
+        bail!("GET {url} answered {code}: {}", snippet(&body));
+    }
+    Ok((url, body))
+}
+
+/// The error and its sources on one line ("connection refused" is a source).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            let _ = write!(out, ": {s_text}");
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn snippet(body: &str) -> String {
+    let body = body.trim();
+    match body.char_indices().nth(200) {
+        Some((i, _)) => format!("{}...", &body[..i]),
+        None => body.to_string(),
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn bytes(v: &Value) -> String {
+    match v.as_u64() {
+        Some(n) => ByteSize::b(n).to_string(),
+        None => text(v),
+    }
+}
+
+fn duration_secs(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m {s}s"),
+        (0, _, _) => format!("{h}h {m}m"),
+        _ => format!("{d}d {h}h"),
+    }
+}
+
+/// Rows of cells as left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let w = *w;
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn render_status(s: &Value) -> String {
+    let node = &s["node"];
+    let storage = &s["storage"];
+    let mut rows: Vec<(&str, String)> = vec![
+        (
+            "node",
+            format!("{} ({})", text(&node["id"]), text(&node["id_source"])),
+        ),
+        ("version", text(&s["version"])),
+        (
+            "uptime",
+            s["uptime_seconds"]
+                .as_u64()
+                .map_or_else(|| text(&s["uptime_seconds"]), duration_secs),
+        ),
+        (
+            "ready",
+            match storage["ready"].as_bool() {
+                Some(true) => "yes".into(),
+                Some(false) => "NO: no writable storage tier".into(),
+                None => "-".into(),
+            },
+        ),
+        ("admin", text(&node["admin"])),
+    ];
+    let u = &node["uniffle"];
+    rows.push((
+        "uniffle",
+        if u.is_null() {
+            "off".into()
+        } else {
+            format!(
+                "coordinator {}, server grpc {}, netty {}",
+                text(&u["coordinator"]),
+                text(&u["server_grpc"]),
+                text(&u["server_netty"])
+            )
+        },
+    ));
+    let c = &node["celeborn"];
+    rows.push((
+        "celeborn",
+        if c.is_null() {
+            "off".into()
+        } else {
+            format!(
+                "master {}, worker {}",
+                text(&c["master"]),
+                text(&c["worker_id"])
+            )
+        },
+    ));
+    let m = &storage["memory"];
+    rows.push((
+        "memory",
+        format!(
+            "{} used of {} ({} reserved, {} flushing)",
+            bytes(&m["used"]),
+            bytes(&m["capacity"]),
+            bytes(&m["reserved"]),
+            bytes(&m["flushing"])
+        ),
+    ));
+    let t = &storage["tiers"];
+    rows.push((
+        "stored",
+        format!(
+            "memory {}, disk {}, cold {}",
+            bytes(&t["memory"]),
+            bytes(&t["disk"]),
+            bytes(&t["cold"])
+        ),
+    ));
+    let cold = &storage["cold"];
+    rows.push((
+        "cold tier",
+        if cold.is_null() {
+            "none".into()
+        } else {
+            format!(
+                "{}, {} stored",
+                text(&cold["service"]),
+                bytes(&cold["stored_bytes"])
+            )
+        },
+    ));
+    let apps = storage["applications"].as_array().map_or(0, Vec::len);
+    rows.push(("applications", apps.to_string()));
+
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in &rows {
+        let _ = writeln!(out, "{k:<width$}  {v}");
+    }
+    let disks: Vec<Vec<String>> = storage["disks"]
+        .as_array()
+        .map(|d| d.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            vec![
+                text(&d["dir"]),
+                text(&d["health"]),
+                d["used_ratio"]
+                    .as_f64()
+                    .map_or_else(|| "-".into(), |r| format!("{:.0}%", r * 100.0)),
+                bytes(&d["available_bytes"]),
+                bytes(&d["stored_bytes"]),
+                text(&d["write_errors"]),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    if disks.is_empty() {
+        out.push_str("no disks\n");
+    } else {
+        out.push_str(&table(
+            &["DISK", "HEALTH", "USED", "AVAILABLE", "STORED", "ERRORS"],
+            &disks,
+        ));
+    }
+    out
+}
+
+pub fn render_apps(s: &Value) -> String {
+    let apps = s["storage"]["applications"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default();
+    if apps.is_empty() {
+        return format!("no applications on node {}\n", text(&s["node"]["id"]));
+    }
+    let rows: Vec<Vec<String>> = apps
+        .iter()
+        .map(|a| {
+            let b = &a["bytes"];
+            vec![
+                text(&a["id"]),
+                text(&a["shuffles"]),
+                text(&a["partitions"]),
+                bytes(&b["memory"]),
+                bytes(&b["disk"]),
+                bytes(&b["cold"]),
+                a["idle_ms"]
+                    .as_u64()
+                    .map_or_else(|| "-".into(), |ms| duration_secs(ms / 1000)),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "APPLICATION",
+            "SHUFFLES",
+            "PARTITIONS",
+            "MEMORY",
+            "DISK",
+            "COLD",
+            "IDLE",
+        ],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_urls() {
+        for (admin, url) in [
+            (
+                "http://127.0.0.1:19990",
+                "http://127.0.0.1:19990/api/v1/status",
+            ),
+            (
+                "http://127.0.0.1:19990/",
+                "http://127.0.0.1:19990/api/v1/status",
+            ),
+            ("10.0.0.5:19990", "http://10.0.0.5:19990/api/v1/status"),
+        ] {
+            assert_eq!(status_url(admin).unwrap(), url);
+        }
+        assert!(status_url("").is_err());
+        assert!(status_url("ftp://x:1").is_err());
+    }
+
+    #[test]
+    fn tables_render_whatever_the_json_holds() {
+        let s = serde_json::json!({
+            "version": "0.1.0",
+            "uptime_seconds": 3725,
+            "node": {"id": "sy-1", "id_source": "config", "admin": "127.0.0.1:1",
+                     "uniffle": null, "celeborn": {"master": "h:9097", "worker_id": "h:1:2:3:4"}},
+            "storage": {"ready": true,
+                        "memory": {"capacity": 1073741824u64, "used": 0, "reserved": 0, "flushing": 0},
+                        "tiers": {"memory": 0, "disk": 2048, "cold": 0},
+                        "disks": [{"dir": "/d1", "health": "healthy", "used_ratio": 0.5,
+                                   "available_bytes": 10, "stored_bytes": 2048, "write_errors": 0}],
+                        "cold": null,
+                        "applications": [{"id": "app-1", "shuffles": 2, "partitions": 8,
+                                          "bytes": {"memory": 0, "disk": 2048, "cold": 0}, "idle_ms": 1500}]}
+        });
+        let status = render_status(&s);
+        assert!(status.contains("sy-1 (config)"), "{status}");
+        assert!(status.contains("1h 2m"), "{status}");
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with("uniffle ") && l.ends_with(" off")),
+            "{status}"
+        );
+        assert!(status.contains("/d1") && status.contains("50%"), "{status}");
+        let apps = render_apps(&s);
+        assert!(apps.starts_with("APPLICATION"), "{apps}");
+        assert!(apps.contains("app-1") && apps.contains("2.0 KiB"), "{apps}");
+        // An unexpected shape prints dashes, never panics.
+        let odd = serde_json::json!({"storage": {"applications": "x"}});
+        assert!(render_status(&odd).contains("node"));
+        assert!(render_apps(&odd).contains("no applications"));
+    }
+}
