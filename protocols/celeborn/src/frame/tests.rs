@@ -147,7 +147,7 @@ fn java_fixtures() -> Vec<(&'static str, Vec<u8>, Message)> {
                 request_id: 43,
                 mode: Mode::Replica,
                 shuffle_key: s("app-1-0"),
-                partition_unique_ids: vec![s("0-0"), s("1-0")],
+                partition_unique_ids: vec![s("0-0"), s("1-0")].into(),
                 batch_offsets: vec![0, 20],
                 body: Bytes::from(vec![0u8; 40]),
             }),
