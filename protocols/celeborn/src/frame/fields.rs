@@ -208,8 +208,10 @@ impl PushMergedData {
         Ok(())
     }
 
-    /// The body cut into one zero-copy slice per batch, index-aligned with
-    /// `partition_unique_ids`. Offsets must be non-decreasing and inside the body.
+    /// The body cut into one batch each, index-aligned with
+    /// `partition_unique_ids`: zero-copy slices, except that a batch smaller
+    /// than half the body is copied. Offsets must be non-decreasing and
+    /// inside the body.
     pub fn batches(&self) -> Result<Vec<Bytes>, FrameError> {
         let body_len = self.body.len();
         let mut starts = Vec::with_capacity(self.batch_offsets.len());
@@ -226,12 +228,16 @@ impl PushMergedData {
             starts.push(start);
             previous = start;
         }
+        // A batch less than half the frame is copied out (`Block::detach`):
+        // kept as a slice it would pin the whole frame while being charged
+        // only its own bytes, e.g. the one stored batch of a merged push
+        // whose other batches went to split or unknown locations.
         Ok(starts
             .iter()
             .enumerate()
             .map(|(i, &start)| {
                 let end = starts.get(i + 1).copied().unwrap_or(body_len);
-                self.body.slice(start..end)
+                switchyard_storage::Block::detach(self.body.slice(start..end), body_len)
             })
             .collect())
     }

@@ -86,13 +86,14 @@ impl CelebornNode {
         };
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let max = config.max_frame_size.as_u64() as usize;
+        let rpc_max = config.rpc_max_frame_size.as_u64() as usize;
         let limits = config.connections;
         let cancel = CancellationToken::new();
         let tasks = vec![
             tokio::spawn(serve(
                 master,
                 RpcPort::new(MasterEndpoint::new(worker.clone()), "master"),
-                max,
+                rpc_max,
                 limits,
                 cancel.clone(),
             )),
@@ -102,7 +103,7 @@ impl CelebornNode {
                     super::worker::WorkerEndpoint::new(worker.clone()),
                     "worker-rpc",
                 ),
-                max,
+                rpc_max,
                 limits,
                 cancel.clone(),
             )),

@@ -100,14 +100,19 @@ impl ShuffleBlock {
         Ok(())
     }
 
-    fn decode(r: &mut Reader) -> Result<Self, CodecError> {
+    /// `frame_len`: the message part the block's data is a slice of.
+    fn decode(r: &mut Reader, frame_len: usize) -> Result<Self, CodecError> {
         let partition_id = r.i32("block partitionId")?;
         let block_id = r.i64("blockId")?;
         let length = r.i32("block length")?;
         let shuffle_id = r.i32("block shuffleId")?;
         let crc = r.i64("block crc")?;
         let task_attempt_id = r.i64("block taskAttemptId")?;
-        let data = r.non_null_byte_array("block data")?;
+        // A block less than half its frame is copied out, or it would pin
+        // the whole frame (other blocks, ignored replica strings) while
+        // charged for its own bytes only.
+        let data =
+            switchyard_storage::Block::detach(r.non_null_byte_array("block data")?, frame_len);
         let replica_count = r.count_at_most(
             "replica",
             ReplicaServer::MIN_ENCODED_LEN,
@@ -178,6 +183,7 @@ impl SendShuffleDataRequest {
     }
 
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
+        let frame_len = r.remaining();
         let request_id = r.i64("requestId")?;
         let app_id = r.non_null_string("appId")?;
         let shuffle_id = r.i32("shuffleId")?;
@@ -192,7 +198,7 @@ impl SendShuffleDataRequest {
             let block_count = r.count("block", ShuffleBlock::MIN_ENCODED_LEN)?;
             let mut blocks = Vec::with_capacity(r.capacity_for::<ShuffleBlock>(block_count));
             for _ in 0..block_count {
-                blocks.push(ShuffleBlock::decode(r)?);
+                blocks.push(ShuffleBlock::decode(r, frame_len)?);
             }
             partitions.push(PartitionBlocks {
                 partition_id,

@@ -16,6 +16,10 @@ use std::ops::Range;
 
 use switchyard_storage::{IndexRecord, Selection};
 
+/// How a credit stream cuts stored bytes back into records (fuzzed with the
+/// rest of this module's decoding).
+pub use super::credit::split_records;
+
 /// Most sub-partitions a handshake may announce: Flink's largest max
 /// parallelism (`KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM`,
 /// 2^15), so the most reducers a map partition can have. A reader's range

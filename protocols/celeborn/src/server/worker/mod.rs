@@ -5,7 +5,7 @@
 
 mod credit;
 mod fetch;
-mod map_partition;
+pub mod map_partition;
 mod push;
 mod rpc;
 mod state;
