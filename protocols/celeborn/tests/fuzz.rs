@@ -228,9 +228,9 @@ fn flink_script(input: &[u8]) -> String {
     let mut m = MapPartition::default();
     let mut stored: Vec<IndexRecord> = Vec::new();
     let mut rest = input;
-    let mut take = |n: usize, rest: &mut &[u8]| -> Vec<u8> {
-        let n = n.min(rest.len());
-        let (a, b) = rest.split_at(n);
+    // `n` bytes of arguments (zeros past the end), at least 4.
+    let take = |n: usize, rest: &mut &[u8]| -> Vec<u8> {
+        let (a, b) = rest.split_at(n.min(rest.len()));
         *rest = b;
         let mut v = a.to_vec();
         v.resize(n.max(4), 0);

@@ -282,19 +282,18 @@ pub fn fuzz(crate_dir: &str, target: Target) -> u64 {
                 path.display()
             );
         }
-        if !input.is_empty() {
-            worst = worst.max(peak as f64 / input.len() as f64);
-        }
+        worst = worst.max(peak as f64 / bound as f64);
         if seen.insert(label) && corpus.len() < 4096 {
             corpus.push(input);
         }
         execs += 1;
     }
     eprintln!(
-        "fuzz {}: {execs} executions in {secs} s, {} outcomes, corpus {}, worst {worst:.1} bytes allocated per input byte",
+        "fuzz {}: {execs} executions in {secs} s, {} outcomes, corpus {}, peak allocation at most {:.0}% of its bound",
         target.name,
         seen.len(),
-        corpus.len()
+        corpus.len(),
+        worst * 100.0
     );
     execs
 }
