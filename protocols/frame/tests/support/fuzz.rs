@@ -233,7 +233,7 @@ pub fn fuzz(crate_dir: &str, target: Target) -> u64 {
     let seed: u64 = std::env::var("SWITCHYARD_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0f_5717c4);
+        .unwrap_or(0x5eed_0f57_17c4);
     let mut rng =
         Rng::new(seed ^ target.name.len() as u64 ^ (target.name.as_bytes()[0] as u64) << 32);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
