@@ -314,3 +314,36 @@ fn fuzz_flink_map_partitions() {
     );
     assert!(execs > 0);
 }
+
+/// PushMergedData announcing as many empty ids as its bytes could hold: it
+/// used to become one 24-byte `String` per 4-byte id (6×, 12× while the
+/// vector doubled); now the ids cost about what they take on the wire.
+#[test]
+fn announced_empty_ids_allocate_about_their_wire_size() {
+    use bytes::BufMut;
+    let ids = 64 * 1024;
+    let mut fields = BytesMut::new();
+    fields.put_i64(1);
+    fields.put_u8(0);
+    fields.put_i32(7);
+    fields.put_slice(b"app-1-0");
+    fields.put_i32(ids as i32);
+    for _ in 0..ids {
+        fields.put_i32(0);
+    }
+    fields.put_i32(1); // one offset for 65536 ids: refused
+    fields.put_i32(0);
+    let mut wire = (fields.len() as i32).to_be_bytes().to_vec();
+    wire.push(12); // PUSH_MERGED_DATA
+    wire.extend(0i32.to_be_bytes());
+    wire.extend_from_slice(&fields);
+    let mut src = BytesMut::from(&wire[..]);
+    let (result, peak) = harness::peak_during(|| CelebornCodec::default().decode(&mut src));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("ids"), "{err}");
+    assert!(
+        peak <= wire.len() * 3 / 2 + (64 << 10),
+        "{peak} bytes for {}",
+        wire.len()
+    );
+}

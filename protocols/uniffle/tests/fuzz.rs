@@ -179,3 +179,35 @@ fn fuzz_roaring_bitmaps() {
     );
     assert!(execs > 0);
 }
+
+/// A send request announcing as many partitions as its bytes could hold,
+/// whose first partition is bad: it fails without allocating more than its
+/// own size (a `Vec::with_capacity(count)` of 32-byte entries took 4×).
+#[test]
+fn announced_partition_counts_allocate_no_more_than_the_frame() {
+    use bytes::BufMut;
+    let mut fields = BytesMut::new();
+    fields.put_i64(1);
+    fields.put_i32(3);
+    fields.put_slice(b"app");
+    fields.put_i32(1);
+    fields.put_i64(42);
+    let room = 256 * 1024;
+    fields.put_i32((room / 8) as i32); // partitions
+    fields.put_i32(7); // partition id
+    fields.put_i32(-5); // block count: refused
+    fields.put_slice(&vec![0u8; room - 8]);
+    let mut wire = (fields.len() as i32).to_be_bytes().to_vec();
+    wire.push(3); // SEND_SHUFFLE_DATA_REQUEST
+    wire.extend(0i32.to_be_bytes());
+    wire.extend_from_slice(&fields);
+    let mut src = BytesMut::from(&wire[..]);
+    let (result, peak) = harness::peak_during(|| UniffleCodec::default().decode(&mut src));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("block"), "{err}");
+    assert!(
+        peak <= wire.len() + (64 << 10),
+        "{peak} bytes for {}",
+        wire.len()
+    );
+}
