@@ -327,7 +327,7 @@ fn announced_empty_ids_allocate_about_their_wire_size() {
     fields.put_u8(0);
     fields.put_i32(7);
     fields.put_slice(b"app-1-0");
-    fields.put_i32(ids as i32);
+    fields.put_i32(ids);
     for _ in 0..ids {
         fields.put_i32(0);
     }
