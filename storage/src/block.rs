@@ -52,6 +52,31 @@ impl Block {
     }
 }
 
+/// The smallest share of its frame a block may be and still keep the frame's
+/// allocation alive: a smaller block is copied out. A `Bytes` slice pins its
+/// whole backing buffer while the budget charges only the slice, so a
+/// 16-byte batch kept from a 10 MiB frame held 10 MiB behind a 48-byte
+/// charge. At one half, memory pinned stays below twice what is charged,
+/// and the common cases (one batch per PushData, a Uniffle frame of one
+/// big block) stay zero-copy; the copies made are at most one frame's bytes
+/// and only for frames cut into small pieces.
+pub const MIN_FRAME_SHARE: (usize, usize) = (1, 2);
+
+impl Block {
+    /// `data` as a block may keep it, given that it is a slice of a received
+    /// frame of `frame_len` bytes: itself when it is at least
+    /// [`MIN_FRAME_SHARE`] of the frame, else a copy that owns only its
+    /// bytes, so the frame is freed once its other parts are.
+    pub fn detach(data: Bytes, frame_len: usize) -> Bytes {
+        let (num, den) = MIN_FRAME_SHARE;
+        if data.len().saturating_mul(den) >= frame_len.saturating_mul(num) {
+            data
+        } else {
+            Bytes::copy_from_slice(&data)
+        }
+    }
+}
+
 /// One record of a partition's index: where a block sits in the partition's
 /// data and its metadata. Layout (big-endian): offset i64, length i32,
 /// uncompressed length i32, crc i64, block id i64, task attempt (map) id i64.
@@ -123,6 +148,22 @@ impl IndexRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_slices_of_a_frame_are_copied_out_big_ones_kept() {
+        let frame = Bytes::from(vec![7u8; 1 << 20]);
+        let inside = |b: &Bytes| {
+            let base = frame.as_ptr() as usize;
+            (base..base + frame.len()).contains(&(b.as_ptr() as usize))
+        };
+        let small = Block::detach(frame.slice(100..200), frame.len());
+        assert_eq!(&small[..], &[7u8; 100][..]);
+        assert!(!inside(&small), "a small slice owns its bytes");
+        let half = Block::detach(frame.slice(0..1 << 19), frame.len());
+        assert!(inside(&half), "half the frame stays zero-copy");
+        let just_under = Block::detach(frame.slice(0..(1 << 19) - 1), frame.len());
+        assert!(!inside(&just_under));
+    }
 
     #[test]
     fn record_round_trips_in_40_big_endian_bytes() {

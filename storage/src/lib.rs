@@ -44,4 +44,4 @@ pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;
 pub use status::{StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
-pub use view::{Chunk, PartitionView};
+pub use view::{Chunk, PartitionView, Run, SelectedView, Selection};

@@ -69,12 +69,7 @@ pub(crate) fn chunk_records(records: &[IndexRecord], chunk_size: u64) -> Vec<Chu
         records: 0,
     };
     for r in records {
-        match current.ranges.last_mut() {
-            Some((start, len)) if *start + *len == r.offset => *len += r.length as u64,
-            _ => current.ranges.push((r.offset, r.length as u64)),
-        }
-        current.len += r.length as u64;
-        current.records += 1;
+        add_record(&mut current, r);
         if current.len >= chunk_size {
             chunks.push(std::mem::replace(
                 &mut current,
@@ -90,6 +85,124 @@ pub(crate) fn chunk_records(records: &[IndexRecord], chunk_size: u64) -> Vec<Chu
         chunks.push(current);
     }
     chunks
+}
+
+/// What a selected view reads, in order: runs of records, each run read
+/// `repeat` times in a row. A record served many times (Flink's broadcast
+/// regions, once per sub-partition read) is held once with its count, so a
+/// view costs what the partition's index costs, never the reader's range
+/// times it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Every record any run reads, once.
+    pub records: Vec<IndexRecord>,
+    pub runs: Vec<Run>,
+}
+
+/// `records[range]` of a [`Selection`], `repeat` times over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub range: Range<usize>,
+    pub repeat: u32,
+}
+
+impl Selection {
+    /// Appends `records` as a run read `repeat` times (nothing when either
+    /// is empty).
+    pub fn push_run(&mut self, records: impl IntoIterator<Item = IndexRecord>, repeat: u32) {
+        let start = self.records.len();
+        self.records.extend(records);
+        if repeat > 0 && self.records.len() > start {
+            self.runs.push(Run {
+                range: start..self.records.len(),
+                repeat,
+            });
+        } else {
+            self.records.truncate(start);
+        }
+    }
+
+    /// Records read, repeats counted.
+    pub fn total_records(&self) -> u64 {
+        self.runs
+            .iter()
+            .map(|r| r.range.len() as u64 * u64::from(r.repeat))
+            .sum()
+    }
+
+    /// The records in reading order, repeats included, computed as they go.
+    pub fn iter(&self) -> impl Iterator<Item = &IndexRecord> + '_ {
+        self.runs.iter().flat_map(move |run| {
+            let records = &self.records[run.range.clone()];
+            (0..run.repeat).flat_map(move |_| records.iter())
+        })
+    }
+}
+
+/// A view over a [`Selection`] whose chunks are cut as they are asked for,
+/// in order: the same chunks [`chunk_records`] would cut from the expanded
+/// records, but only one at a time is ever built.
+pub struct SelectedView {
+    partition: Arc<Partition>,
+    selection: Selection,
+    chunk_size: u64,
+    /// Records the view reads, repeats counted.
+    pub blocks: u64,
+}
+
+impl SelectedView {
+    pub fn key(&self) -> &PartitionKey {
+        &self.partition.key
+    }
+
+    pub fn selection(&self) -> &Selection {
+        &self.selection
+    }
+
+    /// Bytes the view reads, repeats counted.
+    pub fn total_bytes(&self) -> u64 {
+        self.selection
+            .runs
+            .iter()
+            .map(|run| {
+                let len: u64 = self.selection.records[run.range.clone()]
+                    .iter()
+                    .map(|r| u64::from(r.length))
+                    .sum();
+                len * u64::from(run.repeat)
+            })
+            .sum()
+    }
+
+    /// The chunks, in order, each built when the iterator reaches it.
+    pub fn chunks(&self) -> impl Iterator<Item = Chunk> + '_ {
+        let mut records = self.selection.iter().peekable();
+        let chunk_size = self.chunk_size;
+        std::iter::from_fn(move || {
+            records.peek()?;
+            let mut current = Chunk {
+                ranges: Vec::new(),
+                len: 0,
+                records: 0,
+            };
+            for r in records.by_ref() {
+                add_record(&mut current, r);
+                if current.len >= chunk_size {
+                    break;
+                }
+            }
+            Some(current)
+        })
+    }
+}
+
+fn add_record(chunk: &mut Chunk, r: &IndexRecord) {
+    match chunk.ranges.last_mut() {
+        Some((start, len)) if *start + *len == r.offset => *len += r.length as u64,
+        _ => chunk.ranges.push((r.offset, r.length as u64)),
+    }
+    chunk.len += r.length as u64;
+    chunk.records += 1;
 }
 
 impl Store {
@@ -115,23 +228,34 @@ impl Store {
         })
     }
 
-    /// Flushes the partition, then opens a chunked view of the blocks
-    /// `select` picks from its records (in data order), in the order it
-    /// returns them, repeats allowed (Celeborn's map partitions serve a
-    /// broadcast region once per sub-partition read).
+    /// Flushes the partition, then opens a view of the records `select`
+    /// picks from its records (in data order), in the order and with the
+    /// repeats it gives them (Celeborn's map partitions serve a broadcast
+    /// region once per sub-partition read). Chunks are cut as they are read
+    /// ([`SelectedView::chunks`]).
     pub async fn open_selected_view(
         self: &Arc<Self>,
         key: &PartitionKey,
-        select: impl FnOnce(Vec<IndexRecord>) -> Vec<IndexRecord>,
+        select: impl FnOnce(Vec<IndexRecord>) -> Selection,
         chunk_size: u64,
-    ) -> Result<PartitionView> {
+    ) -> Result<SelectedView> {
         let index = self.read_index_flushed(key).await?;
-        let records = select(IndexRecord::decode_all(&index.0));
-        Ok(PartitionView {
+        let selection = select(IndexRecord::decode_all(&index.0));
+        Ok(SelectedView {
             partition: index.1,
-            chunks: chunk_records(&records, chunk_size.max(1)),
-            blocks: records.len(),
+            blocks: selection.total_records(),
+            selection,
+            chunk_size: chunk_size.max(1),
         })
+    }
+
+    /// Reads one chunk of a [`SelectedView`].
+    pub async fn read_selected_chunk(&self, view: &SelectedView, chunk: &Chunk) -> Result<Bytes> {
+        let mut pieces = Vec::with_capacity(chunk.ranges.len());
+        for &(offset, len) in &chunk.ranges {
+            pieces.push(self.read_range(&view.partition, offset, len).await?);
+        }
+        Ok(concat(pieces))
     }
 
     async fn read_index_flushed(
@@ -190,6 +314,33 @@ mod tests {
         let chunks = chunk_records(&recs, 100);
         assert_eq!(chunks[0].ranges, vec![(0, 5), (0, 10)]);
         assert_eq!(chunks[0].len, 15);
+    }
+
+    #[test]
+    fn a_selection_chunks_as_its_expanded_records_would() {
+        let recs: Vec<IndexRecord> = (0..6).map(|i| rec(i * 5, 5, i as i64)).collect();
+        let mut s = Selection::default();
+        s.push_run(recs[0..2].iter().copied(), 1);
+        s.push_run(recs[4..5].iter().copied(), 7);
+        s.push_run(std::iter::empty(), 3);
+        s.push_run(recs[5..6].iter().copied(), 0);
+        s.push_run(recs[2..4].iter().copied(), 2);
+        assert_eq!(s.records.len(), 5, "each record once");
+        assert_eq!(s.runs.len(), 3, "empty runs leave nothing");
+        assert_eq!(s.total_records(), 2 + 7 + 4);
+        let expanded: Vec<IndexRecord> = s.iter().copied().collect();
+        assert_eq!(expanded.len(), 13);
+        for size in [1, 7, 12, 40, 1000] {
+            let view = SelectedView {
+                partition: Arc::new(Partition::new(PartitionKey::new("a", 0, 0))),
+                selection: s.clone(),
+                chunk_size: size,
+                blocks: s.total_records(),
+            };
+            let lazy: Vec<Chunk> = view.chunks().collect();
+            assert_eq!(lazy, chunk_records(&expanded, size), "chunk size {size}");
+            assert_eq!(view.total_bytes(), 13 * 5);
+        }
     }
 
     #[test]

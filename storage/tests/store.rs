@@ -453,3 +453,42 @@ async fn a_refused_charge_spills_even_below_the_high_watermark() {
     .await;
     assert!(store.partition_stats(&key).unwrap().disk_bytes > 0);
 }
+
+/// Frame pinning: a block cut small from a big received frame is copied out
+/// (`Block::detach`), so what the budget charges is what stays in memory;
+/// a block that is most of its frame stays zero-copy and is charged nearly
+/// all of the frame it keeps alive.
+#[tokio::test]
+async fn a_small_slice_of_a_big_frame_is_charged_for_what_it_keeps() {
+    use switchyard_storage::{Block, BLOCK_OVERHEAD};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 64 << 20)).await.unwrap();
+    store.register_app("pin");
+    let key = PartitionKey::new("pin", 0, 0);
+    let frame = bytes::Bytes::from(vec![3u8; 10 << 20]);
+    let inside = |b: &bytes::Bytes| {
+        let base = frame.as_ptr() as usize;
+        (base..base + frame.len()).contains(&(b.as_ptr() as usize))
+    };
+
+    let mut small = block(1, 0, 16);
+    small.data = Block::detach(frame.slice(0..16), frame.len());
+    store.append(&key, vec![small], None).await.unwrap();
+    assert_eq!(store.status().memory.used, 16 + BLOCK_OVERHEAD);
+    let held = store.read_memory(&key, None, u64::MAX, &|_| true).unwrap();
+    assert!(
+        !inside(&held.blocks[0].data),
+        "the 10 MiB frame is not pinned"
+    );
+
+    let mut big = block(2, 0, 0);
+    big.data = Block::detach(frame.slice(16..), frame.len());
+    store.append(&key, vec![big], None).await.unwrap();
+    let held = store.read_memory(&key, None, u64::MAX, &|_| true).unwrap();
+    assert!(inside(&held.blocks[1].data), "most of a frame: no copy");
+    // Charged: both blocks' bytes, i.e. the whole frame the second one pins.
+    assert_eq!(
+        store.status().memory.used,
+        frame.len() as u64 + 2 * BLOCK_OVERHEAD
+    );
+}

@@ -22,9 +22,16 @@ pub struct CelebornConfig {
     pub worker_replicate_listen: SocketAddr,
     /// Host or IP that clients use to reach this node. Default: the listen IP.
     pub advertised_host: Option<String>,
-    /// Largest frame accepted. Default 256 MiB (pushes are at most 64 KiB to a
-    /// few MiB; control messages are small).
+    /// Largest frame accepted on the data ports (push, fetch, replicate).
+    /// Default 256 MiB (pushes are at most 64 KiB to a few MiB).
     pub max_frame_size: ByteSize,
+    /// Largest frame accepted on the RPC ports (master, worker rpc). Their
+    /// control messages are KiBs; the large ones grow with a shuffle's
+    /// partitions: ReserveSlots' packed locations take ~20 bytes per
+    /// location, CommitFiles ~10 per partition id and 5 per map. Default
+    /// 64 MiB: room for over a million locations, a quarter of the data
+    /// ports' limit, so a client cannot make an RPC port buffer 256 MiB.
+    pub rpc_max_frame_size: ByteSize,
     /// Chunk size of partition reads (`celeborn.shuffle.chunk.size`). Default 8 MiB.
     pub chunk_size: ByteSize,
     /// An application whose LifecycleManager sends no heartbeat or request
@@ -49,6 +56,7 @@ impl Default for CelebornConfig {
             worker_replicate_listen: "127.0.0.1:9103".parse().unwrap(),
             advertised_host: None,
             max_frame_size: ByteSize::mib(256),
+            rpc_max_frame_size: ByteSize::mib(64),
             chunk_size: ByteSize::mib(8),
             app_timeout: Duration::from_secs(300),
             connections: ConnectionLimits::default(),

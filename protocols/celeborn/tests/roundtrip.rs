@@ -59,6 +59,7 @@ async fn start_tuned(
         worker_fetch_listen: any,
         worker_replicate_listen: any,
         max_frame_size: ByteSize::mib(16),
+        rpc_max_frame_size: ByteSize::mib(1),
         chunk_size: ByteSize::b(chunk),
         ..Default::default()
     };
@@ -703,6 +704,26 @@ async fn bad_input_gets_errors_and_harms_no_one() {
             .unwrap();
         assert_eq!(n, 0, "closed after a bad frame");
     }
+    // A 2 MiB RpcRequest header: past the RPC ports' 1 MiB limit, so the
+    // connection closes at once; a data port (16 MiB) waits for the body.
+    for (port, closed) in [
+        (env.node.addrs.master, true),
+        (addr(env.node.addrs.worker.rpc_port), true),
+        (addr(env.node.addrs.worker.push_port), false),
+    ] {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(port).await.unwrap();
+        let mut header = (2i32 << 20).to_be_bytes().to_vec();
+        header.extend([0x03, 0, 0, 0, 0]);
+        raw.write_all(&header).await.unwrap();
+        let mut buf = [0u8; 8];
+        let read = tokio::time::timeout(Duration::from_millis(500), raw.read(&mut buf)).await;
+        if closed {
+            assert_eq!(read.unwrap().unwrap(), 0, "{port}: closed");
+        } else {
+            assert!(read.is_err(), "{port}: still waiting for the frame");
+        }
+    }
     // The good app is intact.
     let committed = lm.commit(0, vec!["0-0".into()], 1, 1).await;
     assert_eq!(committed.committed_primary_ids, vec!["0-0".to_string()]);
@@ -1003,6 +1024,25 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
         current_region_index: 0,
         is_broadcast: false,
     };
+    let err = map_rpc(&push, MessageType::RegionStart, &early)
+        .await
+        .unwrap_err();
+    assert!(err.contains("handshake"), "{err}");
+
+    // More sub-partitions than Flink's max parallelism: an RPC failure, and
+    // the location keeps no handshake.
+    let huge = PbPushDataHandShake {
+        mode: 0,
+        shuffle_key: key.clone(),
+        partition_unique_id: "0-0".into(),
+        attempt_id: 0,
+        num_partitions: i32::MAX,
+        buffer_size: 32 * 1024,
+    };
+    let err = map_rpc(&push, MessageType::PushDataHandShake, &huge)
+        .await
+        .unwrap_err();
+    assert!(err.contains("2147483647 sub-partitions"), "{err}");
     let err = map_rpc(&push, MessageType::RegionStart, &early)
         .await
         .unwrap_err();

@@ -153,6 +153,20 @@ impl<M: FrameMessage> FrameCodec<M> {
     }
 }
 
+/// Smallest step a pending frame's buffer grows by.
+const MIN_GROWTH: usize = 64 * 1024;
+
+/// How much room to ask for while a frame of `frame_len` bytes is pending
+/// and `have` of them arrived: the bytes missing, but no more than what has
+/// arrived (or 64 KiB). Reserving the announced size at once let a 9-byte
+/// header allocate up to the frame limit (256 MiB) for bytes that may never
+/// come; growing with the bytes that did arrive keeps a pending frame's
+/// buffer within twice its received bytes, at the cost of a few copies
+/// (about one frame's worth in all) while a big frame arrives.
+fn growth(have: usize, frame_len: usize) -> usize {
+    (frame_len - have).min(have.max(MIN_GROWTH))
+}
+
 impl<M: FrameMessage> Decoder for FrameCodec<M> {
     type Item = M;
     type Error = M::Error;
@@ -172,8 +186,7 @@ impl<M: FrameMessage> Decoder for FrameCodec<M> {
         };
         let frame_len = header.message_len + header.body_len;
         if src.len() < frame_len {
-            // Grow once to the announced size instead of doubling repeatedly.
-            src.reserve(frame_len - src.len());
+            src.reserve(growth(src.len(), frame_len));
             return Ok(None);
         }
         self.pending = None;

@@ -59,6 +59,20 @@ pub enum WireError {
         remaining: usize,
     },
 
+    /// An element count above what the protocol's clients ever send, refused
+    /// even when the frame could hold it: each element decodes larger than
+    /// its wire bytes, so a realistic cap keeps the decoded size near the
+    /// frame's.
+    #[error("{field} count {count} is above the limit of {limit}")]
+    CountAboveLimit {
+        /// What is being counted.
+        field: &'static str,
+        /// The count read.
+        count: usize,
+        /// The protocol's limit.
+        limit: usize,
+    },
+
     /// A string or byte array the protocol always sets was sent as Java `null`.
     #[error("{field} is null")]
     NullString {

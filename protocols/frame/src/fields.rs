@@ -119,6 +119,33 @@ impl FieldReader {
         }
         Ok(n)
     }
+
+    /// [`FieldReader::count`], also refused above `limit`.
+    pub fn count_at_most(
+        &mut self,
+        field: &'static str,
+        min_element_size: usize,
+        limit: usize,
+    ) -> Result<usize, WireError> {
+        let n = self.count(field, min_element_size)?;
+        if n > limit {
+            return Err(WireError::CountAboveLimit {
+                field,
+                count: n,
+                limit,
+            });
+        }
+        Ok(n)
+    }
+
+    /// A capacity for `count` elements of `T` that allocates no more than the
+    /// bytes left could hold: a count only promises `min_element_size` wire
+    /// bytes per element, and a decoded element is often larger, so sizing a
+    /// vector from the count alone would let a frame allocate a multiple of
+    /// itself before any element is read.
+    pub fn capacity_for<T>(&self, count: usize) -> usize {
+        count.min(self.buf.len() / std::mem::size_of::<T>().max(1))
+    }
 }
 
 fn utf8(raw: Bytes, field: &'static str) -> Result<String, WireError> {
@@ -220,6 +247,21 @@ mod tests {
                 ..
             })
         ));
+        let mut b = BytesMut::new();
+        b.put_i32(3);
+        b.put_slice(&[0; 12]);
+        let mut r = FieldReader::new(b.freeze());
+        assert!(matches!(
+            r.count_at_most("n", 4, 2),
+            Err(WireError::CountAboveLimit {
+                count: 3,
+                limit: 2,
+                ..
+            })
+        ));
+        // 12 bytes left hold no more than one 8-byte element.
+        assert_eq!(r.capacity_for::<u64>(1000), 1);
+        assert_eq!(r.capacity_for::<u8>(5), 5);
         let mut b = BytesMut::new();
         b.put_slice(&[0xff, 0xfe]);
         let mut r = FieldReader::new(b.freeze());

@@ -8,7 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::FrameError;
 use crate::proto::PbStreamChunkSlice;
-use switchyard_frame::{put_bytes, put_string, FieldReader as Reader};
+use switchyard_frame::{put_bytes, put_string, FieldReader as Reader, WireError};
 
 /// `StreamChunkSlice`: which part of which chunk a fetch asks for. The client matches
 /// replies on all four fields, so a server must echo the slice unchanged.
@@ -145,7 +145,7 @@ pub struct PushMergedData {
     /// `"<appId>-<shuffleId>"`.
     pub shuffle_key: String,
     /// Target of batch i.
-    pub partition_unique_ids: Vec<String>,
+    pub partition_unique_ids: UniqueIds,
     /// Start of batch i inside `body`; the last batch runs to the end of the body.
     pub batch_offsets: Vec<i32>,
     /// The batches, concatenated.
@@ -158,13 +158,21 @@ impl PushMergedData {
         let mode = Mode::decode(r)?;
         let shuffle_key = r.string("shuffleKey")?;
         let n = r.count("partitionUniqueIds", 4)?;
-        let partition_unique_ids = (0..n)
-            .map(|_| r.string("partitionUniqueId"))
-            .collect::<Result<Vec<_>, _>>()?;
+        // `count` has checked that the n length prefixes fit in what is
+        // left, so these exact capacities are at most the wire bytes.
+        let mut partition_unique_ids = UniqueIds::with_capacity(n);
+        for _ in 0..n {
+            let raw = r.byte_array("partitionUniqueId")?;
+            let id = std::str::from_utf8(&raw).map_err(|_| WireError::InvalidUtf8 {
+                field: "partitionUniqueId",
+            })?;
+            partition_unique_ids.push(id);
+        }
         let m = r.count("batchOffsets", 4)?;
-        let batch_offsets = (0..m)
-            .map(|_| r.i32("batchOffset"))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut batch_offsets = Vec::with_capacity(m);
+        for _ in 0..m {
+            batch_offsets.push(r.i32("batchOffset")?);
+        }
         if n != m {
             // Java would index past one array or the other.
             return Err(FrameError::MismatchedBatchCounts { ids: n, offsets: m });
@@ -187,7 +195,7 @@ impl PushMergedData {
             self.partition_unique_ids.len(),
             "partitionUniqueIds",
         )?);
-        for id in &self.partition_unique_ids {
+        for id in self.partition_unique_ids.iter() {
             put_string(dst, id, "partitionUniqueId")?;
         }
         dst.put_i32(switchyard_frame::wire_len(
@@ -200,8 +208,10 @@ impl PushMergedData {
         Ok(())
     }
 
-    /// The body cut into one zero-copy slice per batch, index-aligned with
-    /// `partition_unique_ids`. Offsets must be non-decreasing and inside the body.
+    /// The body cut into one batch each, index-aligned with
+    /// `partition_unique_ids`: zero-copy slices, except that a batch smaller
+    /// than half the body is copied. Offsets must be non-decreasing and
+    /// inside the body.
     pub fn batches(&self) -> Result<Vec<Bytes>, FrameError> {
         let body_len = self.body.len();
         let mut starts = Vec::with_capacity(self.batch_offsets.len());
@@ -218,14 +228,86 @@ impl PushMergedData {
             starts.push(start);
             previous = start;
         }
+        // A batch less than half the frame is copied out (`Block::detach`):
+        // kept as a slice it would pin the whole frame while being charged
+        // only its own bytes, e.g. the one stored batch of a merged push
+        // whose other batches went to split or unknown locations.
         Ok(starts
             .iter()
             .enumerate()
             .map(|(i, &start)| {
                 let end = starts.get(i + 1).copied().unwrap_or(body_len);
-                self.body.slice(start..end)
+                switchyard_storage::Block::detach(self.body.slice(start..end), body_len)
             })
             .collect())
+    }
+}
+
+/// The partition unique ids of a [`PushMergedData`]: one text buffer and
+/// the end of each id in it. A `Vec<String>` would cost 24 bytes per id, so
+/// 6× (12× while the vector doubles) the 4 wire bytes of an empty id; here
+/// an id costs its 4-byte end plus its own bytes, no more than on the wire.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct UniqueIds {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl UniqueIds {
+    pub fn with_capacity(ids: usize) -> Self {
+        Self {
+            text: String::new(),
+            ends: Vec::with_capacity(ids),
+        }
+    }
+
+    pub fn push(&mut self, id: &str) {
+        self.text.push_str(id);
+        // A frame is below 2^31 bytes, so its text always fits.
+        self.ends.push(self.text.len() as u32);
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)? as usize;
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1] as usize,
+        };
+        Some(&self.text[start..end])
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        (0..self.len()).map(|i| self.get(i).unwrap_or_default())
+    }
+}
+
+impl std::fmt::Debug for UniqueIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for UniqueIds {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> Self {
+        let mut ids = UniqueIds::default();
+        for id in iter {
+            ids.push(id.as_ref());
+        }
+        ids
+    }
+}
+
+impl From<Vec<String>> for UniqueIds {
+    fn from(ids: Vec<String>) -> Self {
+        ids.into_iter().collect()
     }
 }
 

@@ -27,6 +27,6 @@ pub use codec::{CelebornCodec, DEFAULT_MAX_FRAME_SIZE, HEADER_LEN};
 pub use error::FrameError;
 pub use fields::{
     Mode, OpenStream, OpenStreamWithCredit, PushData, PushDataHandShake, PushMergedData,
-    RegionFinish, RegionStart, StreamChunkSlice,
+    RegionFinish, RegionStart, StreamChunkSlice, UniqueIds,
 };
 pub use message::{Message, MessageType};

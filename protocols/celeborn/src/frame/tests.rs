@@ -147,7 +147,7 @@ fn java_fixtures() -> Vec<(&'static str, Vec<u8>, Message)> {
                 request_id: 43,
                 mode: Mode::Replica,
                 shuffle_key: s("app-1-0"),
-                partition_unique_ids: vec![s("0-0"), s("1-0")],
+                partition_unique_ids: vec![s("0-0"), s("1-0")].into(),
                 batch_offsets: vec![0, 20],
                 body: Bytes::from(vec![0u8; 40]),
             }),
@@ -685,4 +685,54 @@ proptest! {
         while let Ok(Some(_)) = codec.decode(&mut src) {}
         let _ = Message::decode_legacy(Bytes::from(bytes));
     }
+}
+
+/// Found by the fuzzer (tests/fuzz.rs): a header alone made the codec
+/// reserve the whole announced frame (here 200 MiB) before any of it came.
+/// A pending frame's buffer now grows with the bytes that arrive, and the
+/// frame still decodes whole once they all have.
+#[test]
+fn a_pending_frame_buffers_what_arrived_not_what_was_announced() {
+    let body = vec![5u8; 3 << 20];
+    let mut wire = BytesMut::new();
+    CelebornCodec::new(256 << 20)
+        .encode(
+            Message::PushData(PushData {
+                request_id: 1,
+                mode: Mode::Primary,
+                shuffle_key: "app-1-0".into(),
+                partition_unique_id: "0-0".into(),
+                body: Bytes::from(body.clone()),
+            }),
+            &mut wire,
+        )
+        .unwrap();
+    let mut codec = CelebornCodec::new(256 << 20);
+    let mut header = (200i32 << 20).to_be_bytes().to_vec();
+    header.extend([11, 0, 0, 0, 0]);
+    let mut src = BytesMut::from(&header[..]);
+    src.extend_from_slice(&[0; 100]);
+    assert!(codec.decode(&mut src).unwrap().is_none());
+    assert!(
+        src.capacity() < 1 << 20,
+        "reserved {} bytes",
+        src.capacity()
+    );
+
+    let mut codec = CelebornCodec::new(256 << 20);
+    let mut src = BytesMut::new();
+    let mut peak = 0;
+    let mut decoded = None;
+    for piece in wire.chunks(100_000) {
+        src.extend_from_slice(piece);
+        if let Some(m) = codec.decode(&mut src).unwrap() {
+            decoded = Some(m);
+        }
+        peak = peak.max(src.capacity());
+    }
+    assert!(peak <= 2 * wire.len() + (128 << 10), "peak buffer {peak}");
+    let Some(Message::PushData(p)) = decoded else {
+        panic!("not decoded")
+    };
+    assert_eq!(&p.body[..], &body[..]);
 }

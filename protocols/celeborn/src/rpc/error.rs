@@ -56,6 +56,16 @@ pub enum RpcError {
         limit: usize,
     },
 
+    /// The stream as a whole would build more than the parser allows for one
+    /// stream (see `javaser::read::MAX_BUILT_BYTES`), however small each item.
+    #[error("Java serialization stream exceeds its decode budget: more than {limit} {what}")]
+    DecodeBudget {
+        /// What ran over: "bytes built" or "field values".
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+
     /// A length that is negative or larger than allowed.
     #[error("{what} length {len} is negative or too large")]
     BadLength {

@@ -676,3 +676,124 @@ fn arbitrary_input_never_panics() {
         let _ = RpcContent::decode(Bytes::from(good));
     });
 }
+
+/// The amplifier of the hardening review: one holder object whose 64 fields
+/// are objects of 64 classes, each class declared once and chained to the
+/// previous one by back-reference, so object `i` has `64 × (i + 1)` fields.
+/// `name_len` is the length of every field name.
+fn chained_classes(name_len: usize) -> Vec<u8> {
+    const CLASSES: usize = 64;
+    let mut s = cat(&[&hex("ACED0005 73 72"), &utf("H")]);
+    s.extend(hex("0000000000000001 02 0040"));
+    for i in 0..CLASSES {
+        s.extend(hex("4C"));
+        s.extend(utf(&format!("h{i}")));
+        s.extend(hex("74"));
+        s.extend(utf("Ljava/lang/Object;"));
+    }
+    s.extend(hex("78 70"));
+    // Handles so far: H's descriptor, 64 signatures, the holder object.
+    let mut next_handle = 0x7E0000 + 1 + CLASSES as u32 + 1;
+    let mut previous: Option<u32> = None;
+    for i in 0..CLASSES {
+        s.extend(hex("73 72"));
+        s.extend(utf(&format!("C{i}")));
+        s.extend(hex("0000000000000001"));
+        let desc = next_handle;
+        s.extend(hex("02 0040"));
+        for f in 0..64 {
+            s.push(b'B');
+            let mut name = format!("{i}.{f}.");
+            name.extend(std::iter::repeat_n(
+                'n',
+                name_len.saturating_sub(name.len()),
+            ));
+            s.extend(utf(&name));
+        }
+        s.extend(hex("78"));
+        match previous {
+            Some(handle) => {
+                s.extend(hex("71"));
+                s.extend(handle.to_be_bytes());
+            }
+            None => s.extend(hex("70")),
+        }
+        // The object's own handle, then one byte per field of its chain.
+        next_handle += 2;
+        s.extend(std::iter::repeat_n(7u8, 64 * (i + 1)));
+        previous = Some(desc);
+    }
+    s
+}
+
+#[test]
+fn chained_class_amplifier_stops_at_the_stream_budget() {
+    use crate::rpc::javaser::read::{read_counted, MAX_BUILT_BYTES, MAX_TOTAL_FIELDS};
+    // Long names: 16 MiB of input that used to clone each 4 KiB name once
+    // per field per object (64 × 2080 fields: ~545 MB). The names of the
+    // first four classes pass the byte budget now.
+    let long = chained_classes(4096);
+    assert!(long.len() > 16 << 20);
+    let (result, built) = read_counted(Bytes::from(long));
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RpcError::DecodeBudget {
+                what: "bytes built",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(built <= MAX_BUILT_BYTES, "{built} bytes built");
+    assert!(err.to_string().contains("decode budget"), "{err}");
+
+    // Short names: little to build per field, but 133,120 field values
+    // (~48 B each decoded, from 1 input byte each) pass the field budget.
+    let short = chained_classes(8);
+    let (result, built) = read_counted(Bytes::from(short));
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, RpcError::DecodeBudget { what: "field values", limit } if limit == MAX_TOTAL_FIELDS),
+        "{err}"
+    );
+    // What the fields that were allowed built, plus the descriptors.
+    assert!(built < 256 * 1024, "{built} bytes built");
+}
+
+#[test]
+fn field_names_are_shared_between_objects_of_one_class() {
+    use crate::rpc::javaser::read::{read_counted, Value};
+    // A holder with two fields, both objects of class P (declared once,
+    // then referenced); P has one int field `x`.
+    let mut s = cat(&[&hex("ACED0005 73 72"), &utf("H")]);
+    s.extend(hex("0000000000000001 02 0002"));
+    for f in ["a", "b"] {
+        s.extend(hex("4C"));
+        s.extend(utf(f));
+        s.extend(hex("74"));
+        s.extend(utf("LP;"));
+    }
+    s.extend(hex("78 70"));
+    // Handles: 0 H, 1-2 signatures, 3 holder, 4 P, 5 first P object.
+    s.extend(hex("73 72"));
+    s.extend(utf("P"));
+    s.extend(hex("0000000000000001 02 0001 49"));
+    s.extend(utf("x"));
+    s.extend(hex("78 70 00000001"));
+    s.extend(hex("73 71 007E0004 00000002"));
+    let (value, _) = read_counted(Bytes::from(s));
+    let Value::Object(holder) = value.unwrap() else {
+        panic!("not an object");
+    };
+    let name = |field: &str| match holder.field(field) {
+        Some(Value::Object(p)) => {
+            assert!(matches!(p.field("x"), Some(Value::Int(_))));
+            p.fields[0].0.clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    let (a, b) = (name("a"), name("b"));
+    assert!(std::sync::Arc::ptr_eq(&a, &b), "one name, shared");
+}

@@ -86,6 +86,7 @@ impl CelebornNode {
         };
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let max = config.max_frame_size.as_u64() as usize;
+        let rpc_max = config.rpc_max_frame_size.as_u64() as usize;
         let limits = config.connections;
         // One pool of frame and reply bytes for the five ports.
         let budget = TransportBudget::new(&limits);
@@ -94,7 +95,7 @@ impl CelebornNode {
             tokio::spawn(serve(
                 master,
                 RpcPort::new(MasterEndpoint::new(worker.clone()), "master"),
-                max,
+                rpc_max,
                 limits,
                 budget.clone(),
                 cancel.clone(),
@@ -105,7 +106,7 @@ impl CelebornNode {
                     super::worker::WorkerEndpoint::new(worker.clone()),
                     "worker-rpc",
                 ),
-                max,
+                rpc_max,
                 limits,
                 budget.clone(),
                 cancel.clone(),

@@ -37,6 +37,9 @@ const REPLY_QUEUE: usize = 128;
 /// What the reader asks the socket for while it waits for a header.
 const HEADER_READ: usize = 8 << 10;
 
+/// What the reader asks the socket for at a time while it reads a body.
+const BODY_READ: usize = 1 << 20;
+
 /// Frames up to this size take room only in their connection's pool, not the
 /// protocol's: control messages and ordinary pushes are never stuck behind
 /// another client's half-sent large frames. One connection reads one frame at a
@@ -414,10 +417,10 @@ impl<M: FrameMessage> Reader<M> {
         // (memory pressure) is the server's doing, not the client's.
         let deadline = Instant::now() + self.frame_timeout;
         let want = HEADER_LEN + frame_len;
-        if self.buf.len() < want {
-            self.buf.reserve(want - self.buf.len());
-        }
         while self.buf.len() < want {
+            // Grow with what arrives (BytesMut doubles), not to the announced size
+            // at once: a header alone must not allocate its frame.
+            self.buf.reserve((want - self.buf.len()).min(BODY_READ));
             let n = tokio::select! {
                 _ = closed.cancelled() => return Ok(None),
                 n = self.read.read_buf(&mut self.buf) => n.map_err(ReadEnd::Io)?,

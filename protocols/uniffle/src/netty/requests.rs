@@ -10,6 +10,13 @@ use super::error::CodecError;
 use crate::bitmap::{BitmapError, IdBitmap};
 use switchyard_frame::{put_count, put_nullable_bytes, put_string, FieldReader as Reader};
 
+/// Replica servers listed per block: the client lists the block's replica
+/// servers (`rss.data.replica`, 1 to 3 in practice); servers ignore them.
+pub(crate) const MAX_REPLICAS_PER_BLOCK: usize = 16;
+/// Read-ahead hints per V3 read: the client sends a handful
+/// (`rss.client.read.nextReadSegmentsReportCount`); more is not a client.
+pub(crate) const MAX_NEXT_READ_SEGMENTS: usize = 1024;
+
 /// A replica server listed with each block of a send request. Client-side bookkeeping:
 /// the Java server parses and ignores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,18 +100,28 @@ impl ShuffleBlock {
         Ok(())
     }
 
-    fn decode(r: &mut Reader) -> Result<Self, CodecError> {
+    /// `frame_len`: the message part the block's data is a slice of.
+    fn decode(r: &mut Reader, frame_len: usize) -> Result<Self, CodecError> {
         let partition_id = r.i32("block partitionId")?;
         let block_id = r.i64("blockId")?;
         let length = r.i32("block length")?;
         let shuffle_id = r.i32("block shuffleId")?;
         let crc = r.i64("block crc")?;
         let task_attempt_id = r.i64("block taskAttemptId")?;
-        let data = r.non_null_byte_array("block data")?;
-        let replica_count = r.count("replica", ReplicaServer::MIN_ENCODED_LEN)?;
-        let replicas = (0..replica_count)
-            .map(|_| ReplicaServer::decode(r))
-            .collect::<Result<_, _>>()?;
+        // A block less than half its frame is copied out, or it would pin
+        // the whole frame (other blocks, ignored replica strings) while
+        // charged for its own bytes only.
+        let data =
+            switchyard_storage::Block::detach(r.non_null_byte_array("block data")?, frame_len);
+        let replica_count = r.count_at_most(
+            "replica",
+            ReplicaServer::MIN_ENCODED_LEN,
+            MAX_REPLICAS_PER_BLOCK,
+        )?;
+        let mut replicas = Vec::with_capacity(r.capacity_for::<ReplicaServer>(replica_count));
+        for _ in 0..replica_count {
+            replicas.push(ReplicaServer::decode(r)?);
+        }
         Ok(Self {
             partition_id,
             block_id,
@@ -166,19 +183,23 @@ impl SendShuffleDataRequest {
     }
 
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
+        let frame_len = r.remaining();
         let request_id = r.i64("requestId")?;
         let app_id = r.non_null_string("appId")?;
         let shuffle_id = r.i32("shuffleId")?;
         let require_buffer_id = r.i64("requireBufferId")?;
         // partition id + block count
         let partition_count = r.count("partition", 8)?;
-        let mut partitions = Vec::with_capacity(partition_count);
+        // Sized from the bytes left, not the count alone: a PartitionBlocks
+        // is 32 bytes against 8 on the wire, a ShuffleBlock ~130 against 56.
+        let mut partitions = Vec::with_capacity(r.capacity_for::<PartitionBlocks>(partition_count));
         for _ in 0..partition_count {
             let partition_id = r.i32("partitionId")?;
             let block_count = r.count("block", ShuffleBlock::MIN_ENCODED_LEN)?;
-            let blocks = (0..block_count)
-                .map(|_| ShuffleBlock::decode(r))
-                .collect::<Result<_, _>>()?;
+            let mut blocks = Vec::with_capacity(r.capacity_for::<ShuffleBlock>(block_count));
+            for _ in 0..block_count {
+                blocks.push(ShuffleBlock::decode(r, frame_len)?);
+            }
             partitions.push(PartitionBlocks {
                 partition_id,
                 blocks,
@@ -353,15 +374,14 @@ impl GetLocalShuffleDataV3Request {
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         let base = GetLocalShuffleDataRequest::decode(r)?;
         let storage_id = r.i32("storageId")?;
-        let count = r.count("read segment", 16)?;
-        let next_read_segments = (0..count)
-            .map(|_| {
-                Ok(ReadSegment {
-                    offset: r.i64("read segment offset")?,
-                    length: r.i64("read segment length")?,
-                })
-            })
-            .collect::<Result<_, CodecError>>()?;
+        let count = r.count_at_most("read segment", 16, MAX_NEXT_READ_SEGMENTS)?;
+        let mut next_read_segments = Vec::with_capacity(count);
+        for _ in 0..count {
+            next_read_segments.push(ReadSegment {
+                offset: r.i64("read segment offset")?,
+                length: r.i64("read segment length")?,
+            });
+        }
         Ok(Self {
             base,
             storage_id,

@@ -270,7 +270,33 @@ fn send_request_matches_java_layout_and_slices_block_data() {
     let Message::SendShuffleData(request) = decoded else {
         unreachable!()
     };
+    // 5 bytes of a 120-byte frame: copied out, so a stored block never
+    // pins the rest of its frame.
     let data = &request.partitions[0].blocks[0].data;
+    assert!(
+        !range.contains(&(data.as_ptr() as usize)),
+        "a small block was kept as a slice of its frame"
+    );
+
+    // A block that is most of its frame is sliced, not copied.
+    let big = Message::SendShuffleData(SendShuffleDataRequest {
+        partitions: vec![PartitionBlocks {
+            partition_id: 2,
+            blocks: vec![block(100, &[9u8; 4096])],
+        }],
+        ..match expected {
+            Message::SendShuffleData(r) => r,
+            _ => unreachable!(),
+        }
+    });
+    let mut src = BytesMut::from(&encode(&big)[..]);
+    let range = src.as_ptr() as usize..src.as_ptr() as usize + src.len();
+    let Some(Message::SendShuffleData(request)) = UniffleCodec::default().decode(&mut src).unwrap()
+    else {
+        panic!("not a send request")
+    };
+    let data = &request.partitions[0].blocks[0].data;
+    assert_eq!(&data[..], &[9u8; 4096][..]);
     assert!(
         range.contains(&(data.as_ptr() as usize)),
         "block data was copied instead of sliced from the frame"

@@ -25,6 +25,18 @@ const MAX_HANDLES: usize = 256;
 const MAX_FIELDS: usize = 64;
 /// Limit on one string (class names, endpoint names, enum constants).
 const MAX_STRING_BYTES: usize = 64 * 1024;
+/// Limit on the field values of all objects of one stream together. The
+/// per-class limit alone does not bound them: classes chained by
+/// back-reference give one object up to `MAX_HANDLES × MAX_FIELDS` fields,
+/// each a few input bytes but ~48 bytes decoded. Our messages have fewer
+/// than 20.
+pub(crate) const MAX_TOTAL_FIELDS: usize = 1024;
+/// Limit on what the parser builds for one stream: strings, descriptors,
+/// objects and their field vectors (byte arrays are slices of the input and
+/// cost only their `Value`). Like the JDK's `maxbytes` serial filter, it
+/// bounds the whole stream, so decoded memory is at most this plus the
+/// input, whatever the input's shape. Our messages build a few KiB.
+pub(crate) const MAX_BUILT_BYTES: usize = 1024 * 1024;
 
 /// A parsed class descriptor.
 #[derive(Debug)]
@@ -41,7 +53,9 @@ pub(crate) struct ClassDesc {
 pub(crate) struct FieldDesc {
     /// `B C D F I J S Z` for primitives, `L` or `[` for references.
     pub(crate) type_code: u8,
-    pub(crate) name: String,
+    /// Shared with every object's copy of the field: a name is decoded once
+    /// per descriptor, not once per object.
+    pub(crate) name: Arc<str>,
 }
 
 /// A deserialized value.
@@ -67,7 +81,7 @@ pub(crate) enum Value {
 #[derive(Debug)]
 pub(crate) struct Object {
     pub(crate) class: Arc<ClassDesc>,
-    pub(crate) fields: Vec<(String, Value)>,
+    pub(crate) fields: Vec<(Arc<str>, Value)>,
 }
 
 impl Object {
@@ -76,7 +90,7 @@ impl Object {
         self.fields
             .iter()
             .rev()
-            .find(|(n, _)| n == name)
+            .find(|(n, _)| &**n == name)
             .map(|(_, v)| v)
     }
 }
@@ -91,36 +105,68 @@ enum Handle {
 
 /// Parses a whole stream that must hold exactly one object.
 pub(crate) fn read_single_object(bytes: Bytes) -> Result<Value, RpcError> {
+    read_counted(bytes).0
+}
+
+/// [`read_single_object`], also returning the bytes the parser charged to
+/// its budget (what it built), success or not: tests check the bound.
+pub(crate) fn read_counted(bytes: Bytes) -> (Result<Value, RpcError>, usize) {
     let mut p = Parser {
         buf: bytes,
         handles: Vec::new(),
         depth: 0,
+        fields: 0,
+        built: 0,
     };
-    let magic = p.u16("stream magic")?;
-    let version = p.u16("stream version")?;
-    if magic != STREAM_MAGIC || version != STREAM_VERSION {
-        return Err(RpcError::BadStreamHeader((magic >> 8) as u8));
-    }
-    let value = loop {
-        match p.u8("type code")? {
-            // ObjectOutputStream.reset() between writes; harmless before the object.
-            TC_RESET => p.handles.clear(),
-            tc => break p.content(tc)?,
-        }
-    };
-    if !p.buf.is_empty() {
-        return Err(RpcError::TrailingBytes(p.buf.len()));
-    }
-    Ok(value)
+    let result = p.stream();
+    (result, p.built)
 }
 
 struct Parser {
     buf: Bytes,
     handles: Vec<Handle>,
     depth: usize,
+    /// Field values read so far (all objects of the stream).
+    fields: usize,
+    /// Bytes built so far, as charged by [`Parser::charge`].
+    built: usize,
 }
 
 impl Parser {
+    fn stream(&mut self) -> Result<Value, RpcError> {
+        let p = self;
+        let magic = p.u16("stream magic")?;
+        let version = p.u16("stream version")?;
+        if magic != STREAM_MAGIC || version != STREAM_VERSION {
+            return Err(RpcError::BadStreamHeader((magic >> 8) as u8));
+        }
+        let value = loop {
+            match p.u8("type code")? {
+                // ObjectOutputStream.reset() between writes; harmless before the object.
+                TC_RESET => p.handles.clear(),
+                tc => break p.content(tc)?,
+            }
+        };
+        if !p.buf.is_empty() {
+            return Err(RpcError::TrailingBytes(p.buf.len()));
+        }
+        Ok(value)
+    }
+
+    /// Charges `bytes` about to be built; refuses once the stream's total
+    /// would pass [`MAX_BUILT_BYTES`], before the allocation happens.
+    fn charge(&mut self, bytes: usize) -> Result<(), RpcError> {
+        let total = self.built.saturating_add(bytes);
+        if total > MAX_BUILT_BYTES {
+            return Err(RpcError::DecodeBudget {
+                what: "bytes built",
+                limit: MAX_BUILT_BYTES,
+            });
+        }
+        self.built = total;
+        Ok(())
+    }
+
     fn need(&self, n: usize, what: &'static str) -> Result<(), RpcError> {
         if self.buf.len() < n {
             Err(RpcError::Truncated { what })
@@ -163,6 +209,9 @@ impl Parser {
             });
         }
         self.need(len, what)?;
+        // Modified UTF-8 never decodes longer than it is encoded (a 6-byte
+        // surrogate pair becomes 4 bytes), so the input length bounds it.
+        self.charge(len)?;
         let raw = self.buf.split_to(len);
         java_utf::decode(&raw, what)
     }
@@ -189,6 +238,7 @@ impl Parser {
         if self.handles.len() >= MAX_HANDLES {
             return Err(RpcError::TooManyHandles(MAX_HANDLES));
         }
+        self.charge(std::mem::size_of::<Handle>())?;
         self.handles.push(handle);
         Ok(self.handles.len() - 1)
     }
@@ -294,10 +344,11 @@ impl Parser {
                 limit: MAX_FIELDS,
             });
         }
+        self.charge(std::mem::size_of::<ClassDesc>() + count * std::mem::size_of::<FieldDesc>())?;
         let mut fields = Vec::with_capacity(count);
         for _ in 0..count {
             let type_code = self.u8("field type")?;
-            let name = self.utf("field name")?;
+            let name: Arc<str> = self.utf("field name")?.into();
             match type_code {
                 b'B' | b'C' | b'D' | b'F' | b'I' | b'J' | b'S' | b'Z' => {}
                 // The signature string is only needed by Java's class resolution.
@@ -351,7 +402,21 @@ impl Parser {
             chain.push(desc.clone());
             next = desc.super_desc.as_ref();
         }
-        let mut fields = Vec::new();
+        // Counted and charged before anything is read or allocated.
+        let count: usize = chain.iter().map(|d| d.fields.len()).sum();
+        self.fields += count;
+        if self.fields > MAX_TOTAL_FIELDS {
+            return Err(RpcError::DecodeBudget {
+                what: "field values",
+                limit: MAX_TOTAL_FIELDS,
+            });
+        }
+        self.charge(
+            std::mem::size_of::<Object>()
+                + chain.len() * std::mem::size_of::<Arc<ClassDesc>>()
+                + count * std::mem::size_of::<(Arc<str>, Value)>(),
+        )?;
+        let mut fields = Vec::with_capacity(count);
         for desc in chain.iter().rev() {
             for field in &desc.fields {
                 let value = self.field_value(field.type_code)?;

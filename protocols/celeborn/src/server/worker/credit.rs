@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use switchyard_storage::{PartitionKey, PartitionView, Store};
+use switchyard_storage::{Chunk, PartitionKey, SelectedView, Store};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -98,7 +98,7 @@ enum End {
 pub async fn run(
     state: Arc<WorkerState>,
     stream: Arc<CreditStream>,
-    view: PartitionView,
+    view: SelectedView,
     replier: Replier,
 ) {
     let started = Instant::now();
@@ -144,12 +144,18 @@ pub async fn run(
 async fn send_all(
     store: &Arc<Store>,
     stream: &CreditStream,
-    view: &PartitionView,
+    view: &SelectedView,
     replier: &Replier,
 ) -> Result<End, String> {
-    let read = |i: usize| async move {
-        let bytes = store.read_chunk(view, i).await.map_err(|e| e.to_string())?;
-        split_records(bytes)
+    let read = |chunk: &Chunk| {
+        let chunk = chunk.clone();
+        async move {
+            let bytes = store
+                .read_selected_chunk(view, &chunk)
+                .await
+                .map_err(|e| e.to_string())?;
+            split_records(bytes)
+        }
     };
     let stopped = || {
         let s = stream.cancel.clone();
@@ -165,12 +171,16 @@ async fn send_all(
     // opens every input channel at once with no credit, and a stream must not
     // hold data for a reader that is not ready for it. The chunk is read once
     // the reader grants credit; the next one is read while this one is sent.
+    // Chunks are cut one at a time as the stream reaches them: a broadcast
+    // region read by many sub-partitions is never expanded up front.
     let mut prefetched = None;
-    for i in 0..view.chunks.len() {
+    let mut chunks = view.chunks();
+    let mut next = chunks.next();
+    while let Some(chunk) = next.take() {
         let announced = replier
             .send(Message::BacklogAnnouncement {
                 stream_id: stream.id,
-                backlog: view.chunks[i].records as i32,
+                backlog: chunk.records as i32,
             })
             .await;
         if !announced {
@@ -190,16 +200,16 @@ async fn send_all(
                 }
                 tokio::select! {
                     _ = stopped() => return Ok(End::Abandoned),
-                    b = read(i) => b?,
+                    b = read(&chunk) => b?,
                 }
             }
         };
+        next = chunks.next();
         let send = send_batch(stream, batch, replier);
         let prefetch = async {
-            if i + 1 < view.chunks.len() {
-                read(i + 1).await.map(Some)
-            } else {
-                Ok(None)
+            match &next {
+                Some(c) => read(c).await.map(Some),
+                None => Ok(None),
             }
         };
         let (sent, fetched) = tokio::select! {

@@ -14,7 +14,17 @@
 
 use std::ops::Range;
 
-use switchyard_storage::IndexRecord;
+use switchyard_storage::{IndexRecord, Selection};
+
+/// How a credit stream cuts stored bytes back into records (fuzzed with the
+/// rest of this module's decoding).
+pub use super::credit::split_records;
+
+/// Most sub-partitions a handshake may announce: Flink's largest max
+/// parallelism (`KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM`,
+/// 2^15), so the most reducers a map partition can have. A reader's range
+/// and a broadcast region's repeats are bounded by it.
+pub const MAX_SUB_PARTITIONS: i32 = 1 << 15;
 
 /// Size of the big-endian header Flink's client writes before each record:
 /// sub-partition id, attempt id, batch id, length of the rest.
@@ -46,7 +56,7 @@ impl FlinkHeader {
 pub enum MapPartitionError {
     #[error("no handshake yet for this map partition")]
     NoHandshake,
-    #[error("bad handshake: {0} sub-partitions")]
+    #[error("bad handshake: {0} sub-partitions (must be in [1, {MAX_SUB_PARTITIONS}])")]
     BadHandshake(i32),
     #[error("data outside a region")]
     NoRegion,
@@ -91,7 +101,7 @@ impl MapPartition {
         num_sub_partitions: i32,
         buffer_size: i32,
     ) -> Result<(), MapPartitionError> {
-        if num_sub_partitions <= 0 {
+        if !(1..=MAX_SUB_PARTITIONS).contains(&num_sub_partitions) {
             return Err(MapPartitionError::BadHandshake(num_sub_partitions));
         }
         self.num_sub_partitions = num_sub_partitions;
@@ -181,9 +191,14 @@ impl MapPartition {
     /// range, as Celeborn's index gives every sub-partition of a broadcast
     /// region the same entry. Flink counts on it: the end-of-partition event
     /// is a broadcast region, and a reader waits for one per sub-partition.
-    pub fn select(&self, records: Vec<IndexRecord>, start: i32, end: i32) -> Vec<IndexRecord> {
+    ///
+    /// A broadcast region is held once, as a run repeated per sub-partition
+    /// (the range is at most [`MAX_SUB_PARTITIONS`] wide), so the selection
+    /// never holds more records than the location stored.
+    pub fn select(&self, records: Vec<IndexRecord>, start: i32, end: i32) -> Selection {
+        let repeat = u32::try_from(i64::from(end) - i64::from(start) + 1).unwrap_or(0);
         let (start, end) = (start as i64, end as i64);
-        let mut out = Vec::new();
+        let mut out = Selection::default();
         let mut rest = records.as_slice();
         for region in &self.regions {
             // Records are in sequence order: skip to this region, take it.
@@ -193,13 +208,10 @@ impl MapPartition {
             let (records, after) = rest.split_at(len);
             rest = after;
             if region.broadcast {
-                let shared: Vec<IndexRecord> =
-                    records.iter().filter(|r| r.map_id == 0).copied().collect();
-                for _ in start..=end {
-                    out.extend_from_slice(&shared);
-                }
+                out.push_run(records.iter().filter(|r| r.map_id == 0).copied(), repeat);
             } else {
-                out.extend(records.iter().filter(|r| (start..=end).contains(&r.map_id)));
+                let wanted = records.iter().filter(|r| (start..=end).contains(&r.map_id));
+                out.push_run(wanted.copied(), 1);
             }
         }
         out
@@ -321,5 +333,60 @@ mod tests {
         assert_eq!(read(2, 2), vec![4, 5]);
         assert_eq!(read(3, 3), vec![3, 4, 5]);
         assert_eq!(read(1, 2), vec![1, 2, 4, 5, 4, 5]);
+    }
+
+    #[test]
+    fn handshakes_past_flinks_max_parallelism_are_refused() {
+        let mut m = MapPartition::default();
+        for bad in [i32::MAX, MAX_SUB_PARTITIONS + 1, 0, -1] {
+            let err = m.handshake(bad, 32768).unwrap_err();
+            assert_eq!(err, MapPartitionError::BadHandshake(bad));
+            assert!(err.to_string().contains("[1, 32768]"), "{err}");
+        }
+        assert_eq!(m.num_sub_partitions(), 0, "nothing accepted");
+        m.handshake(MAX_SUB_PARTITIONS, 32768).unwrap();
+        assert_eq!(m.num_sub_partitions(), MAX_SUB_PARTITIONS);
+    }
+
+    #[test]
+    fn a_broadcast_read_over_every_sub_partition_holds_each_record_once() {
+        let n = MAX_SUB_PARTITIONS;
+        let mut m = MapPartition::default();
+        m.handshake(n, 32768).unwrap();
+        // Region 0: records 0..3 for subs 0, 5 and n-1; region 1 (broadcast):
+        // records 3..5; region 2: record 5 for sub 5.
+        m.region_start(0, false, 0).unwrap();
+        m.region_finish(3);
+        m.region_start(1, true, 3).unwrap();
+        m.region_finish(5);
+        m.region_start(2, false, 5).unwrap();
+        m.region_finish(6);
+        let subs = [0, 5, n as i64 - 1, 0, 0, 5];
+        let stored: Vec<IndexRecord> = (0..6).map(|seq| stored(seq, subs[seq as usize])).collect();
+
+        let all = m.select(stored.clone(), 0, n - 1);
+        // The index built: six records and three runs, not 2 × 32768 copies.
+        assert_eq!(all.records.len(), 6);
+        assert_eq!(all.runs.len(), 3);
+        assert_eq!(all.total_records(), 3 + 2 * n as u64 + 1);
+        let order: Vec<i64> = all.iter().map(|r| r.block_id).take(7).collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4, 3, 4]);
+        assert_eq!(all.iter().last().map(|r| r.block_id), Some(5));
+
+        // Every sub-partition's reader gets its own records and the broadcast.
+        for sub in 0..n {
+            let read: Vec<i64> = m
+                .select(stored.clone(), sub, sub)
+                .iter()
+                .map(|r| r.block_id)
+                .collect();
+            let want: Vec<i64> = match sub as i64 {
+                0 => vec![0, 3, 4],
+                5 => vec![1, 3, 4, 5],
+                s if s == n as i64 - 1 => vec![2, 3, 4],
+                _ => vec![3, 4],
+            };
+            assert_eq!(read, want, "sub-partition {sub}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 mod credit;
 mod fetch;
-pub(crate) mod map_partition;
+pub mod map_partition;
 mod push;
 mod rpc;
 mod state;
