@@ -385,7 +385,15 @@ impl ColdTier {
                 }
             }
         }
-        let mut parts = window_slices(&path, &windows, first, cache.window, object_len, offset, end)?;
+        let mut parts = window_slices(
+            &path,
+            &windows,
+            first,
+            cache.window,
+            object_len,
+            offset,
+            end,
+        )?;
         Ok(match parts.len() {
             1 => parts.pop().unwrap(),
             _ => {
@@ -680,13 +688,21 @@ mod tests {
     fn short_windows_are_errors_when_sliced() {
         let full = |n: usize| Buffer::from(object(n));
         // An object of 10_000 bytes in windows of 4096: 4096, 4096, 1808.
-        let ok = window_slices("o", &[full(4096), full(4096), full(1808)], 0, 4096, 10_000, 100, 9_000)
-            .unwrap();
+        let ok = window_slices(
+            "o",
+            &[full(4096), full(4096), full(1808)],
+            0,
+            4096,
+            10_000,
+            100,
+            9_000,
+        )
+        .unwrap();
         assert_eq!(ok.iter().map(Bytes::len).sum::<usize>(), 8_900);
         for (windows, first) in [
-            (vec![full(1000)], 2),              // last window short of 1808
-            (vec![full(4096), full(100)], 0),   // a middle window short
-            (vec![full(0)], 2),                 // nothing at all
+            (vec![full(1000)], 2),            // last window short of 1808
+            (vec![full(4096), full(100)], 0), // a middle window short
+            (vec![full(0)], 2),               // nothing at all
         ] {
             let err = window_slices("o", &windows, first, 4096, 10_000, first * 4096 + 10, 9_000)
                 .unwrap_err();

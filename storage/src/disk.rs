@@ -613,7 +613,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let data = root.path().join("app/0/1-0-p.7.data");
         let index = root.path().join("app/0/1-0-p.7.index");
-        assert_eq!(sync_dirs(&data, root.path()).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            sync_dirs(&data, root.path()).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
         let blocks = [Block {
             meta: crate::block::BlockMeta {
                 block_id: 1,
@@ -624,7 +627,17 @@ mod tests {
             },
             data: Bytes::from_static(b"abc"),
         }];
-        write_segment(&data, &index, 0, &blocks, 0, &[7; 40], Some(root.path()), None).unwrap();
+        write_segment(
+            &data,
+            &index,
+            0,
+            &blocks,
+            0,
+            &[7; 40],
+            Some(root.path()),
+            None,
+        )
+        .unwrap();
         assert_eq!(fs::read(&data).unwrap(), b"abc");
         assert_eq!(fs::read(&index).unwrap(), [7; 40]);
         // app/0, app and the root itself.
@@ -632,7 +645,17 @@ mod tests {
         // A file outside the root: only its own directory.
         let other = tempfile::tempdir().unwrap();
         assert_eq!(sync_dirs(&other.path().join("f"), root.path()).unwrap(), 1);
-        write_segment(&data, &index, 3, &blocks, 40, &[8; 40], Some(root.path()), None).unwrap();
+        write_segment(
+            &data,
+            &index,
+            3,
+            &blocks,
+            40,
+            &[8; 40],
+            Some(root.path()),
+            None,
+        )
+        .unwrap();
         assert_eq!(fs::read(&data).unwrap(), b"abcabc");
     }
 

@@ -80,8 +80,7 @@ impl Store {
     ) -> tokio::task::JoinHandle<Result<()>> {
         let store = self.clone();
         let p = p.clone();
-        self.tasks
-            .spawn(async move { store.flush_fully(&p).await })
+        self.tasks.spawn(async move { store.flush_fully(&p).await })
     }
 
     /// Waits for a flush started by [`Store::flush_in_background`] until
@@ -489,7 +488,10 @@ mod tests {
         let mut parts = Vec::new();
         for p in 0..3 {
             let key = PartitionKey::new("a", 0, p);
-            store.append(&key, vec![block(p as i64)], None).await.unwrap();
+            store
+                .append(&key, vec![block(p as i64)], None)
+                .await
+                .unwrap();
             let part = store.partition(&key).unwrap().unwrap();
             store.schedule_flush(&part);
             parts.push(part);

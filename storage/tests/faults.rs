@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use common::*;
 use switchyard_storage::fault::{DiskFaults, DiskOp};
-use switchyard_storage::{DiskHealth, PartitionKey, Store, StorageError};
+use switchyard_storage::{DiskHealth, PartitionKey, StorageError, Store};
 
 /// Fails writes on one directory: the next `count` writes, or all while `always`.
 struct FailingDisk {
@@ -446,7 +446,9 @@ async fn a_hung_disk_write_marks_the_disk_hung_and_the_flush_goes_elsewhere() {
     hang.release();
     within(
         "disk0 healthy again",
-        wait_until("disk0 healthy", || disk_health(&store, 0) == DiskHealth::Healthy),
+        wait_until("disk0 healthy", || {
+            disk_health(&store, 0) == DiskHealth::Healthy
+        }),
     )
     .await;
     assert_eq!(store.status().disks[0].stuck_calls, 0);

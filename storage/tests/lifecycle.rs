@@ -317,7 +317,11 @@ async fn removing_an_app_never_touches_one_whose_id_differs_only_in_escaped_char
             store.flush_shuffle(app, 0).await.unwrap();
         }
         let stats = store.partition_stats(&key).unwrap();
-        assert_eq!((stats.disk_bytes, stats.cold_bytes), (3_000, 3_000), "{app}");
+        assert_eq!(
+            (stats.disk_bytes, stats.cold_bytes),
+            (3_000, 3_000),
+            "{app}"
+        );
         written.push((key, blocks));
     }
     let objects: Vec<_> = {
@@ -345,6 +349,7 @@ async fn removing_an_app_never_touches_one_whose_id_differs_only_in_escaped_char
         );
     }
     // Files of the other four stay: two per app on disk (data and index).
-    let disk_files = files_under(&dir.path().join("disk0")) + files_under(&dir.path().join("disk1"));
+    let disk_files =
+        files_under(&dir.path().join("disk0")) + files_under(&dir.path().join("disk1"));
     assert_eq!(disk_files, 4 * 2);
 }

@@ -733,5 +733,9 @@ async fn finish_shuffle_fails_in_bounded_time_with_no_writable_tier() {
     assert!(r.ret_msg.contains("not durable"), "{}", r.ret_msg);
     let key = switchyard_storage::PartitionKey::new(app, 0, 0);
     let stats = env.store.partition_stats(&key).unwrap();
-    assert_eq!((stats.memory_bytes, stats.disk_bytes), (5000, 0), "still in memory");
+    assert_eq!(
+        (stats.memory_bytes, stats.disk_bytes),
+        (5000, 0),
+        "still in memory"
+    );
 }

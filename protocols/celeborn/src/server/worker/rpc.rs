@@ -168,19 +168,19 @@ impl WorkerEndpoint {
         // fails. Failures are not kept, so a retry commits afresh.
         let cell = shuffle.commits.lock().entry(r.epoch).or_default().clone();
         let timeout = self.state.store.config().commit_timeout;
-        match tokio::time::timeout(timeout, cell.get_or_init(|| self.do_commit(&shuffle, &r))).await {
-            Ok(reply) if reply.failed_primary_ids.is_empty() && reply.failed_replica_ids.is_empty() => reply.clone(),
-            Ok(reply) => {
-                shuffle.commits.lock().remove(&r.epoch);
-                reply.clone()
-            }
-            Err(_) => PbCommitFilesResponse {
+        let commit = cell.get_or_init(|| self.do_commit(&shuffle, &r));
+        let Ok(reply) = tokio::time::timeout(timeout, commit).await else {
+            return PbCommitFilesResponse {
                 status: StatusCode::CommitFileException.as_i32(),
-                failed_primary_ids: r.primary_ids,
-                failed_replica_ids: r.replica_ids,
+                failed_primary_ids: r.primary_ids.clone(),
+                failed_replica_ids: r.replica_ids.clone(),
                 ..Default::default()
-            },
+            };
+        };
+        if !reply.failed_primary_ids.is_empty() || !reply.failed_replica_ids.is_empty() {
+            shuffle.commits.lock().remove(&r.epoch);
         }
+        reply.clone()
     }
 
     async fn do_commit(&self, shuffle: &ShuffleState, r: &PbCommitFiles) -> PbCommitFilesResponse {
