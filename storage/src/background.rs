@@ -38,10 +38,13 @@ impl Store {
                     _ = tokio::time::sleep(interval) => {}
                 }
                 let Some(store) = weak.upgrade() else { return };
-                for d in &store.disks {
-                    d.check_capacity();
+                // Every disk at once: a hung one (each call bounded by
+                // io_timeout) must not delay the others' checks.
+                futures::future::join_all(store.disks.iter().map(|d| async move {
+                    d.check_capacity().await;
                     d.probe_if_faulted().await;
-                }
+                }))
+                .await;
             }
         });
 

@@ -21,7 +21,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use opendal::layers::{ConcurrentLimitLayer, MetricsLayer, RetryLayer, TimeoutLayer};
@@ -49,6 +49,9 @@ pub struct ColdStatus {
     /// Read-aheads skipped because `memory.read_capacity` was in use.
     pub readahead_skipped: u64,
     pub write_errors: u64,
+    /// False for `cold.error_cooldown` after a failed write: huge partitions
+    /// then spill to disks.
+    pub healthy: bool,
 }
 
 /// Key of one cached window: (data object path, window number).
@@ -105,6 +108,9 @@ pub(crate) struct ColdTier {
     /// Read-aheads skipped because the read budget was spent.
     readahead_skipped: AtomicU64,
     pub(crate) huge_partition_threshold: u64,
+    /// When the last cold write failed; cleared by a successful one.
+    failed_at: parking_lot::Mutex<Option<Instant>>,
+    error_cooldown: Duration,
     /// The store's read budget (KiB permits): a read-ahead holds its window
     /// from it while in flight, and is skipped when it does not fit.
     read_budget: Arc<Semaphore>,
@@ -210,8 +216,26 @@ impl ColdTier {
             write_errors: AtomicU64::new(0),
             readahead_skipped: AtomicU64::new(0),
             huge_partition_threshold: config.huge_partition_threshold.as_u64(),
+            failed_at: parking_lot::Mutex::new(None),
+            error_cooldown: config.error_cooldown,
             read_budget,
         }))
+    }
+
+    /// True within `cold.error_cooldown` of a failed write (and no success
+    /// since). The cold tier has no probe: the first flush after the
+    /// cooldown is one.
+    pub(crate) fn is_failing(&self) -> bool {
+        self.failed_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.error_cooldown)
+    }
+
+    pub(crate) fn record_write_failure(&self) {
+        let was = self.failed_at.lock().replace(Instant::now());
+        if was.is_none() {
+            tracing::warn!(service = self.service, cooldown = ?self.error_cooldown, "cold writes fail; huge partitions spill to disks meanwhile");
+        }
     }
 
     /// Object path for `rel` (a `/`-separated path below the prefix).
@@ -263,6 +287,9 @@ impl ColdTier {
         .await;
         match result {
             Ok(()) => {
+                if self.failed_at.lock().take().is_some() {
+                    tracing::info!(service = self.service, "cold writes succeed again");
+                }
                 self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
                 metrics::counter!("switchyard_cold_uploads_total").increment(1);
                 Ok(())
@@ -294,6 +321,18 @@ impl ColdTier {
             .inspect_err(|_| {
                 metrics::counter!("switchyard_cold_failures_total", "op" => "read").increment(1)
             })?;
+        // Callers slice what they asked for out of the answer: a store that
+        // returns less (a truncated object) is an error, never a panic, and
+        // a short window is never cached.
+        if buf.len() as u64 != len {
+            metrics::counter!("switchyard_cold_failures_total", "op" => "read").increment(1);
+            return Err(StorageError::ColdShortRead {
+                path: path.to_string(),
+                offset,
+                expected: len,
+                got: buf.len() as u64,
+            });
+        }
         self.read_bytes.fetch_add(len, Ordering::Relaxed);
         metrics::counter!("switchyard_cold_read_bytes_total").increment(len);
         Ok(buf)
@@ -346,15 +385,15 @@ impl ColdTier {
                 }
             }
         }
-        // The requested bytes as slices of the windows' chunks: copied once
-        // into one buffer only when they are not already one chunk.
-        let mut parts = Vec::new();
-        for (w, buf) in (first..).zip(&windows) {
-            let start = w * cache.window;
-            let from = (offset.max(start) - start) as usize;
-            let to = (end.min(start + buf.len() as u64) - start) as usize;
-            parts.extend(buf.slice(from..to));
-        }
+        let mut parts = window_slices(
+            &path,
+            &windows,
+            first,
+            cache.window,
+            object_len,
+            offset,
+            end,
+        )?;
         Ok(match parts.len() {
             1 => parts.pop().unwrap(),
             _ => {
@@ -459,8 +498,43 @@ impl ColdTier {
                 .map(|c| c.windows.weighted_size())
                 .unwrap_or(0),
             write_errors: self.write_errors.load(Ordering::Relaxed),
+            healthy: !self.is_failing(),
         }
     }
+}
+
+/// Bytes `[offset, end)` of a data object `object_len` bytes long, as
+/// slices of its windows `first..` (`window` bytes each, the last one
+/// shorter): what a read is copied from once, and only when it spans
+/// chunks. A window of another length than the object's says (a truncated
+/// or misbehaving store) is an error rather than a slice out of range or a
+/// silently short answer.
+fn window_slices(
+    path: &str,
+    windows: &[Buffer],
+    first: u64,
+    window: u64,
+    object_len: u64,
+    offset: u64,
+    end: u64,
+) -> Result<Vec<Bytes>> {
+    let mut parts = Vec::new();
+    for (w, buf) in (first..).zip(windows) {
+        let start = w * window;
+        let expected = window.min(object_len.saturating_sub(start));
+        if buf.len() as u64 != expected {
+            return Err(StorageError::ColdShortRead {
+                path: path.to_string(),
+                offset: start,
+                expected,
+                got: buf.len() as u64,
+            });
+        }
+        let from = (offset.max(start) - start) as usize;
+        let to = (end.min(start + expected) - start) as usize;
+        parts.extend(buf.slice(from..to));
+    }
+    Ok(parts)
 }
 
 #[cfg(test)]
@@ -575,6 +649,65 @@ mod tests {
         t.delete("o.data", data.len() as u64).await.unwrap();
         cache.run_pending_tasks().await;
         assert_eq!(cache.entry_count(), 0);
+    }
+
+    /// A store that returns less than the recorded object length (a
+    /// truncated object) makes reads fail, never panic, and caches nothing.
+    #[tokio::test]
+    async fn a_short_object_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = object(10_000);
+        // Recorded as 20_000 bytes long. With the cache, the window at 8192
+        // comes back 1808 bytes short of its 4096; without it, a read at
+        // 9000 of 3000 gets 1000, one at 12_000 nothing. (OpenDAL's fs
+        // service refuses such ranges itself; fetch checks the length for
+        // stores that answer short.)
+        for (cache, window, short) in [(1 << 20, 4096, (8_500, 1_000)), (0, 0, (9_000, 3_000))] {
+            let t = tier(dir.path(), cache, window);
+            t.op.write("o.data", data.clone()).await.unwrap();
+            for (offset, len) in [short, (12_000, 1_000)] {
+                let result = t.read_data("o.data", 20_000, offset, len).await;
+                assert!(result.is_err(), "{offset}+{len}: {result:?}");
+            }
+            if let Some(c) = &t.cache {
+                c.windows.run_pending_tasks().await;
+                assert!(
+                    c.windows.iter().all(|(_, w)| w.len() as u64 == c.window),
+                    "no short window cached"
+                );
+            }
+            // What the object holds still reads.
+            let got = t.read_data("o.data", 20_000, 0, 4096).await.unwrap();
+            assert_eq!(got, data.slice(0..4096));
+        }
+    }
+
+    /// The slicing that panicked on a short window: now a typed error, for
+    /// a short middle window too (which used to give a short answer).
+    #[test]
+    fn short_windows_are_errors_when_sliced() {
+        let full = |n: usize| Buffer::from(object(n));
+        // An object of 10_000 bytes in windows of 4096: 4096, 4096, 1808.
+        let ok = window_slices(
+            "o",
+            &[full(4096), full(4096), full(1808)],
+            0,
+            4096,
+            10_000,
+            100,
+            9_000,
+        )
+        .unwrap();
+        assert_eq!(ok.iter().map(Bytes::len).sum::<usize>(), 8_900);
+        for (windows, first) in [
+            (vec![full(1000)], 2),            // last window short of 1808
+            (vec![full(4096), full(100)], 0), // a middle window short
+            (vec![full(0)], 2),               // nothing at all
+        ] {
+            let err = window_slices("o", &windows, first, 4096, 10_000, first * 4096 + 10, 9_000)
+                .unwrap_err();
+            assert!(matches!(err, StorageError::ColdShortRead { .. }), "{err}");
+        }
     }
 
     #[tokio::test]

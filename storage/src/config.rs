@@ -7,14 +7,35 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
+    /// Longest a commit (`Store::seal`, Celeborn's CommitFiles) or a
+    /// `Store::flush_shuffle` (Uniffle's finishShuffle) waits for its blocks
+    /// to become durable before it fails with `StorageError::FlushTimeout`.
+    /// The flush itself goes on in the background, so nothing acknowledged
+    /// is dropped; the caller only stops waiting. Default 120 s, Celeborn's
+    /// `celeborn.worker.commitFiles.timeout`. (Uniffle's client gives up on
+    /// its own after `rss.client.rpc.timeout.ms`, 60 s by default.)
+    #[serde(with = "humantime_serde")]
+    pub commit_timeout: Duration,
     pub memory: MemoryConfig,
     pub disks: DiskConfig,
     /// The cold tier; none by default.
     pub cold: Option<ColdConfig>,
     pub apps: AppConfig,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            commit_timeout: Duration::from_secs(120),
+            memory: MemoryConfig::default(),
+            disks: DiskConfig::default(),
+            cold: None,
+            apps: AppConfig::default(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -87,8 +108,21 @@ pub struct DiskConfig {
     /// How often capacity and faulted disks are checked.
     #[serde(with = "humantime_serde")]
     pub health_check_interval: Duration,
-    /// fdatasync data and index after each flush. Off by default, as in
-    /// Uniffle and Celeborn: the page cache survives a process restart.
+    /// A disk write, fsync, read, probe or statvfs that has not returned
+    /// after this long marks the disk hung (Celeborn's DeviceMonitor calls
+    /// it IO_HANG): the flush stops waiting for it and goes to another disk
+    /// or the cold tier, and the disk takes no writes or reads until the
+    /// stuck call returns and a probe succeeds. Default 30 s, Celeborn's
+    /// `celeborn.worker.monitor.disk.check.timeout`: far above what one flush
+    /// of a spill batch (tens of MiB) takes on a busy disk, so a slow disk
+    /// is not mistaken for a hung one.
+    #[serde(with = "humantime_serde")]
+    pub io_timeout: Duration,
+    /// fsync (fdatasync) data and index after each flush, and the
+    /// directories of newly created files. Off by default, as in Uniffle and
+    /// Celeborn: a commit is then acknowledged once its blocks are in the
+    /// kernel's page cache, which survives a crash of this process but not
+    /// of the machine (power loss, kernel panic).
     pub sync: bool,
 }
 
@@ -105,6 +139,7 @@ impl Default for DiskConfig {
             resume_margin: ByteSize::gib(1),
             error_cooldown: Duration::from_secs(30),
             health_check_interval: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
             sync: false,
         }
     }
@@ -157,6 +192,12 @@ pub struct ColdConfig {
     /// nearing a window's end has the next one fetched ahead. Default 4 MiB.
     #[serde(default = "default_cold_readahead")]
     pub readahead: ByteSize,
+    /// After a failed cold write, huge partitions spill to a healthy disk
+    /// instead for this long; the first flush after it tries the cold tier
+    /// again. The cold tier has no probe of its own: that flush is the
+    /// probe. Default 30 s, as `disks.error_cooldown`.
+    #[serde(default = "default_cold_error_cooldown", with = "humantime_serde")]
+    pub error_cooldown: Duration,
 }
 
 fn default_cold_prefix() -> String {
@@ -189,6 +230,9 @@ fn default_cold_read_cache() -> ByteSize {
 fn default_cold_readahead() -> ByteSize {
     ByteSize::mib(4)
 }
+fn default_cold_error_cooldown() -> Duration {
+    Duration::from_secs(30)
+}
 
 impl ColdConfig {
     /// A cold tier on `backend` with every other setting at its default.
@@ -205,6 +249,7 @@ impl ColdConfig {
             retries: default_cold_retries(),
             read_cache: default_cold_read_cache(),
             readahead: default_cold_readahead(),
+            error_cooldown: default_cold_error_cooldown(),
         }
     }
 }
@@ -345,6 +390,12 @@ impl StoreConfig {
         }
         if d.write_concurrency == 0 || d.read_concurrency == 0 {
             return Err("disks.write_concurrency and disks.read_concurrency must be > 0".into());
+        }
+        if d.io_timeout.is_zero() {
+            return Err("disks.io_timeout must be > 0".into());
+        }
+        if self.commit_timeout.is_zero() {
+            return Err("commit_timeout must be > 0".into());
         }
         if let Some(c) = &self.cold {
             c.validate()?;

@@ -4,12 +4,20 @@
 //! throttles, and a health state. A disk whose free space drops under
 //! `min_free` (or that holds `capacity` bytes), or that fails an I/O, takes no
 //! new writes until it recovers; what it already holds stays readable.
+//!
+//! Every filesystem call runs on tokio's blocking pool, never on a runtime
+//! thread, and is waited for at most `io_timeout`. A call that outlives it
+//! marks the disk hung: its flush gives up on it and goes elsewhere, while
+//! the call itself, which no one can cancel (a thread in uninterruptible
+//! sleep), is left to return on its own. A hung disk takes no writes and no
+//! reads, so hung threads do not pile up, until every stuck call returned;
+//! then it is faulted and a probe decides, as after an error.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::block::Block;
 use crate::config::DiskConfig;
-use crate::fault::DiskFaults;
+use crate::fault::{DiskFaults, DiskOp};
 use crate::throttle::ByteThrottle;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -31,6 +39,9 @@ pub enum DiskHealth {
     Full,
     /// An I/O error; rests until a probe succeeds.
     Faulted,
+    /// A filesystem call did not return within `io_timeout`; no writes and
+    /// no reads until every stuck call has returned, then faulted.
+    Hung,
 }
 
 impl DiskHealth {
@@ -38,6 +49,7 @@ impl DiskHealth {
         match v {
             0 => DiskHealth::Healthy,
             1 => DiskHealth::Full,
+            3 => DiskHealth::Hung,
             _ => DiskHealth::Faulted,
         }
     }
@@ -46,6 +58,7 @@ impl DiskHealth {
             DiskHealth::Healthy => 0,
             DiskHealth::Full => 1,
             DiskHealth::Faulted => 2,
+            DiskHealth::Hung => 3,
         }
     }
 }
@@ -65,6 +78,10 @@ pub struct DiskStatus {
     pub written_bytes: u64,
     pub read_bytes: u64,
     pub write_errors: u64,
+    /// Filesystem calls that did not return within `io_timeout`.
+    pub io_timeouts: u64,
+    /// Of those, calls still stuck now (their threads have not returned).
+    pub stuck_calls: u64,
     /// Time flushes and reads spent waiting on this disk's rate limits.
     pub throttled_ms: u64,
 }
@@ -80,6 +97,12 @@ pub(crate) struct LocalDisk {
     written_bytes: AtomicU64,
     read_bytes: AtomicU64,
     write_errors: AtomicU64,
+    io_timeouts: AtomicU64,
+    /// Blocking calls that outlived `io_timeout` and have not returned yet.
+    stuck: Arc<AtomicU64>,
+    /// Set while a statvfs runs (until its thread returns, even after a
+    /// timeout), so that a hung mount costs one thread, not one per check.
+    checking: Arc<AtomicBool>,
     throttled_us: AtomicU64,
     write_slots: Semaphore,
     read_slots: Semaphore,
@@ -112,6 +135,9 @@ impl LocalDisk {
             written_bytes: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            io_timeouts: AtomicU64::new(0),
+            stuck: Arc::new(AtomicU64::new(0)),
+            checking: Arc::new(AtomicBool::new(false)),
             throttled_us: AtomicU64::new(0),
             write_slots: Semaphore::new(config.write_concurrency),
             read_slots: Semaphore::new(config.read_concurrency),
@@ -125,7 +151,11 @@ impl LocalDisk {
             config: config.clone(),
             health_changed,
         };
-        disk.check_capacity();
+        // At startup, before any flush: calling statvfs directly is fine.
+        match statvfs_figures(&disk.dir) {
+            Ok((used, avail)) => disk.apply_capacity(used, avail),
+            Err(e) => tracing::warn!(dir = %disk.dir.display(), error = %e, "statvfs failed"),
+        }
         Ok(disk)
     }
 
@@ -156,7 +186,11 @@ impl LocalDisk {
         self.write_errors.fetch_add(1, Ordering::Relaxed);
         tracing::error!(dir = %self.dir.display(), error = %err, "disk i/o error");
         *self.faulted_at.lock() = Some(Instant::now());
-        self.set_health(DiskHealth::Faulted);
+        // A hung disk stays hung (its timed-out call is reported here too):
+        // only the stuck calls' return may end that state.
+        if self.health() != DiskHealth::Hung {
+            self.set_health(DiskHealth::Faulted);
+        }
         metrics::counter!("switchyard_disk_errors_total", "dir" => self.dir.display().to_string())
             .increment(1);
     }
@@ -171,24 +205,39 @@ impl LocalDisk {
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
+            io_timeouts: self.io_timeouts.load(Ordering::Relaxed),
+            stuck_calls: self.stuck.load(Ordering::Acquire),
             throttled_ms: self.throttled_us.load(Ordering::Relaxed) / 1000,
         }
     }
 
     /// Updates the capacity state from the filesystem's own figures and the
-    /// bytes this disk holds. Cheap (one statvfs), so flushes call it too.
-    pub(crate) fn check_capacity(&self) {
-        let (used, avail) = match nix::sys::statvfs::statvfs(&self.dir) {
-            Ok(s) => {
-                let frag = s.fragment_size();
-                let used = s.blocks().saturating_sub(s.blocks_free()) * frag;
-                (used, s.blocks_available() * frag)
-            }
-            Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "statvfs failed");
-                return;
-            }
-        };
+    /// bytes this disk holds: one statvfs, off the runtime and bounded by
+    /// `io_timeout` (a statvfs on a hung mount marks the disk hung). Skipped
+    /// while an earlier statvfs has not returned.
+    pub(crate) async fn check_capacity(&self) {
+        if self.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let dir = self.dir.clone();
+        let checking = self.checking.clone();
+        let figures = self
+            .blocking(DiskOp::Statvfs, move || {
+                let figures = statvfs_figures(&dir);
+                // On the blocking thread: cleared when the call returns,
+                // however long after its timeout that is.
+                checking.store(false, Ordering::Release);
+                figures
+            })
+            .await;
+        match figures {
+            Ok((used, avail)) => self.apply_capacity(used, avail),
+            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "statvfs failed"),
+        }
+    }
+
+    /// The capacity state from statvfs figures (used and available bytes).
+    fn apply_capacity(&self, used: u64, avail: u64) {
         let ratio = if used + avail > 0 {
             used as f64 / (used + avail) as f64
         } else {
@@ -223,8 +272,14 @@ impl LocalDisk {
         }
     }
 
-    /// A faulted disk that has rested long enough is probed with a real write.
+    /// A hung disk whose stuck calls have all returned becomes faulted; a
+    /// faulted disk that has rested long enough is probed with a real write.
     pub(crate) async fn probe_if_faulted(&self) {
+        if self.health() == DiskHealth::Hung && self.stuck.load(Ordering::Acquire) == 0 {
+            tracing::warn!(dir = %self.dir.display(), "hung disk calls returned; probing after the cooldown");
+            *self.faulted_at.lock() = Some(Instant::now());
+            self.set_health(DiskHealth::Faulted);
+        }
         if self.health() != DiskHealth::Faulted {
             return;
         }
@@ -239,24 +294,24 @@ impl LocalDisk {
         let path = self.dir.join(".switchyard-probe");
         let faults = self.faults.clone();
         let dir = self.dir.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            if let Some(e) = faults.as_ref().and_then(|f| f.before_write(&dir, 4096)) {
-                return Err(e);
-            }
-            fs::write(&path, [0u8; 4096])?;
-            let back = fs::read(&path)?;
-            fs::remove_file(&path)?;
-            if back.len() != 4096 {
-                return Err(io::Error::other("probe read back a different length"));
-            }
-            Ok(())
-        })
-        .await
-        .unwrap_or_else(|e| Err(io::Error::other(e)));
+        let result = self
+            .blocking(DiskOp::Probe, move || {
+                if let Some(e) = faults.as_ref().and_then(|f| f.before_write(&dir, 4096)) {
+                    return Err(e);
+                }
+                fs::write(&path, [0u8; 4096])?;
+                let back = fs::read(&path)?;
+                fs::remove_file(&path)?;
+                if back.len() != 4096 {
+                    return Err(io::Error::other("probe read back a different length"));
+                }
+                Ok(())
+            })
+            .await;
         match result {
             Ok(()) => {
                 self.set_health(DiskHealth::Healthy);
-                self.check_capacity();
+                self.check_capacity().await;
             }
             Err(e) => {
                 tracing::warn!(dir = %self.dir.display(), error = %e, "disk probe failed");
@@ -283,6 +338,10 @@ impl LocalDisk {
             .acquire()
             .await
             .map_err(|_| io::Error::other("disk closed"))?;
+        if self.health() == DiskHealth::Hung {
+            // Placed before the disk hung, queued behind the call that did.
+            return Err(self.hung_error());
+        }
         let waited = match &self.write_throttle {
             Some(t) => t.acquire(bytes).await,
             None => Duration::ZERO,
@@ -298,7 +357,8 @@ impl LocalDisk {
             .as_ref()
             .and_then(|f| f.before_write(&self.dir, bytes));
         let sync = self.config.sync;
-        tokio::task::spawn_blocking(move || {
+        let root = self.dir.clone();
+        self.blocking(DiskOp::Write, move || {
             write_segment(
                 &data_path,
                 &index_path,
@@ -306,18 +366,21 @@ impl LocalDisk {
                 &blocks,
                 index_offset,
                 &index,
-                sync,
+                sync.then_some(root.as_path()),
                 fault,
             )
         })
-        .await
-        .map_err(io::Error::other)??;
+        .await?;
         self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ok(waited)
     }
 
     /// Reads exactly `len` bytes at `offset` of a data or index file.
     pub(crate) async fn read(&self, path: PathBuf, offset: u64, len: u64) -> io::Result<Bytes> {
+        if self.health() == DiskHealth::Hung {
+            // It would hang too, holding one more thread: fail at once.
+            return Err(self.hung_error());
+        }
         let _slot = self
             .read_slots
             .acquire()
@@ -330,17 +393,105 @@ impl LocalDisk {
             metrics::histogram!("switchyard_throttle_wait_seconds", "dir" => self.dir.display().to_string(), "op" => "read")
                 .record(waited.as_secs_f64());
         }
-        let out = tokio::task::spawn_blocking(move || -> io::Result<Bytes> {
-            let file = File::open(&path)?;
-            let mut buf = vec![0u8; len as usize];
-            file.read_exact_at(&mut buf, offset)?;
-            Ok(Bytes::from(buf))
-        })
-        .await
-        .map_err(io::Error::other)??;
+        let out = self
+            .blocking(DiskOp::Read, move || -> io::Result<Bytes> {
+                let file = File::open(&path)?;
+                let mut buf = vec![0u8; len as usize];
+                file.read_exact_at(&mut buf, offset)?;
+                Ok(Bytes::from(buf))
+            })
+            .await?;
         self.read_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(out)
     }
+
+    /// Runs a blocking filesystem call on tokio's blocking pool and waits at
+    /// most `io_timeout` for it. A call that outlives the timeout marks the
+    /// disk hung and fails with `TimedOut`; its thread is left to return on
+    /// its own, counted in `stuck` until it does.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        op: DiskOp,
+        call: impl FnOnce() -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
+        const RUNNING: u8 = 0;
+        const RETURNED: u8 = 1;
+        const ABANDONED: u8 = 2;
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let (st, stuck) = (state.clone(), self.stuck.clone());
+        let (faults, dir) = (self.faults.clone(), self.dir.clone());
+        let mut handle = tokio::task::spawn_blocking(move || {
+            if let Some(f) = &faults {
+                f.on_io_thread(&dir, op);
+            }
+            let out = call();
+            if st.swap(RETURNED, Ordering::AcqRel) == ABANDONED {
+                stuck.fetch_sub(1, Ordering::AcqRel);
+            }
+            out
+        });
+        let joined = match tokio::time::timeout(self.config.io_timeout, &mut handle).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                // Counted before it is marked abandoned, so the thread's
+                // decrement can never come first.
+                self.stuck.fetch_add(1, Ordering::AcqRel);
+                if state.swap(ABANDONED, Ordering::AcqRel) == RETURNED {
+                    // It returned right at the deadline: not a hang.
+                    self.stuck.fetch_sub(1, Ordering::AcqRel);
+                    handle.await
+                } else {
+                    self.mark_hung(op);
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "{op:?} on {} did not return within {:?}",
+                            self.dir.display(),
+                            self.config.io_timeout
+                        ),
+                    ));
+                }
+            }
+        };
+        joined.map_err(io::Error::other)?
+    }
+
+    fn hung_error(&self) -> io::Error {
+        io::Error::other(format!(
+            "disk {} is hung: a call did not return within {:?}",
+            self.dir.display(),
+            self.config.io_timeout
+        ))
+    }
+
+    fn mark_hung(&self, op: DiskOp) {
+        self.io_timeouts.fetch_add(1, Ordering::Relaxed);
+        let op_label = match op {
+            DiskOp::Write => "write",
+            DiskOp::Read => "read",
+            DiskOp::Probe => "probe",
+            DiskOp::Statvfs => "statvfs",
+        };
+        metrics::counter!("switchyard_disk_io_timeouts_total", "dir" => self.dir.display().to_string(), "op" => op_label)
+            .increment(1);
+        tracing::error!(
+            dir = %self.dir.display(),
+            op = op_label,
+            timeout = ?self.config.io_timeout,
+            stuck = self.stuck.load(Ordering::Acquire),
+            "disk call hung; the disk takes no writes or reads until it returns"
+        );
+        *self.faulted_at.lock() = Some(Instant::now());
+        self.set_health(DiskHealth::Hung);
+    }
+}
+
+/// (used, available) bytes of the filesystem holding `dir`, as df counts them.
+fn statvfs_figures(dir: &Path) -> io::Result<(u64, u64)> {
+    let s = nix::sys::statvfs::statvfs(dir).map_err(io::Error::from)?;
+    let frag = s.fragment_size();
+    let used = s.blocks().saturating_sub(s.blocks_free()) * frag;
+    Ok((used, s.blocks_available() * frag))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -351,9 +502,10 @@ fn write_segment(
     blocks: &[Block],
     index_offset: u64,
     index: &[u8],
-    sync: bool,
+    sync_below: Option<&Path>,
     fault: Option<io::Error>,
 ) -> io::Result<()> {
+    let sync = sync_below.is_some();
     if let Some(parent) = data_path.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -383,7 +535,31 @@ fn write_segment(
     if sync {
         idx.sync_data()?;
     }
+    if let Some(root) = sync_below {
+        if data_offset == 0 {
+            // New files (a segment's first write): their directory entries,
+            // and any directory create_dir_all just made, are durable only
+            // once the directories holding them are synced.
+            sync_dirs(data_path, root)?;
+        }
+    }
     Ok(())
+}
+
+/// fsyncs each directory from `file`'s parent up to `root` (included), or
+/// only the parent when `file` is not below `root`. Returns how many.
+fn sync_dirs(file: &Path, root: &Path) -> io::Result<usize> {
+    let mut synced = 0;
+    let mut dir = file.parent();
+    while let Some(d) = dir {
+        File::open(d)?.sync_all()?;
+        synced += 1;
+        if d == root || !d.starts_with(root) {
+            break;
+        }
+        dir = d.parent();
+    }
+    Ok(synced)
 }
 
 /// Writes every slice back to back at `offset` with as few syscalls as the
@@ -428,6 +604,60 @@ fn pwrite_all(file: &File, slices: &[&[u8]], mut offset: u64) -> io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With sync on, a segment's first write makes the new files durable:
+    /// every directory from theirs up to the disk's root is synced, and only
+    /// then; later writes to the same files sync none.
+    #[test]
+    fn sync_mode_syncs_the_directories_of_new_files() {
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("app/0/1-0-p.7.data");
+        let index = root.path().join("app/0/1-0-p.7.index");
+        assert_eq!(
+            sync_dirs(&data, root.path()).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        let blocks = [Block {
+            meta: crate::block::BlockMeta {
+                block_id: 1,
+                map_id: 0,
+                batch_id: None,
+                crc: 0,
+                uncompressed_len: 3,
+            },
+            data: Bytes::from_static(b"abc"),
+        }];
+        write_segment(
+            &data,
+            &index,
+            0,
+            &blocks,
+            0,
+            &[7; 40],
+            Some(root.path()),
+            None,
+        )
+        .unwrap();
+        assert_eq!(fs::read(&data).unwrap(), b"abc");
+        assert_eq!(fs::read(&index).unwrap(), [7; 40]);
+        // app/0, app and the root itself.
+        assert_eq!(sync_dirs(&data, root.path()).unwrap(), 3);
+        // A file outside the root: only its own directory.
+        let other = tempfile::tempdir().unwrap();
+        assert_eq!(sync_dirs(&other.path().join("f"), root.path()).unwrap(), 1);
+        write_segment(
+            &data,
+            &index,
+            3,
+            &blocks,
+            40,
+            &[8; 40],
+            Some(root.path()),
+            None,
+        )
+        .unwrap();
+        assert_eq!(fs::read(&data).unwrap(), b"abcabc");
+    }
 
     #[test]
     fn pwrite_all_writes_slices_contiguously() {

@@ -49,6 +49,23 @@ pub enum StorageError {
     /// A read failed in a way shared by several waiting readers.
     #[error("read failed: {0}")]
     ReadFailed(String),
+    /// A commit or flush waited `commit_timeout` and its blocks are still
+    /// not durable (no tier took them). They stay in memory, readable, and
+    /// their flush goes on; only this wait ended.
+    #[error("{what} is not durable after {timeout:?}: no disk or cold tier took its blocks")]
+    FlushTimeout {
+        what: String,
+        timeout: std::time::Duration,
+    },
+    /// The cold store returned fewer bytes than the object was written with
+    /// (a truncated or misbehaving store).
+    #[error("cold object {path} returned {got} bytes at offset {offset}, expected {expected}")]
+    ColdShortRead {
+        path: String,
+        offset: u64,
+        expected: u64,
+        got: u64,
+    },
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("the store is shutting down")]

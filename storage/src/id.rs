@@ -84,22 +84,66 @@ pub(crate) struct LocalPartition {
     pub replica: bool,
 }
 
-/// Turns an application id into a safe single path component.
+/// Encoded ids longer than this are cut and hashed (file names may have 255
+/// bytes; the rest of a path needs room too).
+const MAX_COMPONENT: usize = 200;
+/// How much of a long encoded id is kept before its hash.
+const LONG_PREFIX: usize = 160;
+
+/// Turns an application id into a single path component, injectively: two
+/// different ids never share a directory or cold prefix, so removing one
+/// application never touches another's files.
+///
+/// The mapping is stable and part of the on-disk layout:
+/// - ASCII letters, digits, `-` and `.` stay as they are, except a leading
+///   `.` (so no component is `.`, `..` or hidden);
+/// - every other byte of the id's UTF-8, `_` included, becomes `_` and two
+///   upper-case hex digits (`a_b` → `a_5Fb`, `a b` → `a_20b`, `a/b` →
+///   `a_2Fb`), so a `_` in the output always starts an escape and the
+///   encoding decodes uniquely;
+/// - the empty id is `_` (no escape is a lone `_`);
+/// - an encoding longer than 200 bytes keeps its first 160 (cut between
+///   escapes), then `~` and the 128-bit FNV-1a hash of the id in hex. `~`
+///   appears in no short encoding, so long and short ids never meet; two
+///   long ones only on a 128-bit hash collision.
 pub(crate) fn path_component(app: &str) -> String {
-    let cleaned: String = app
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    match cleaned.as_str() {
-        "" | "." | ".." => format!("_{cleaned}"),
-        _ => cleaned,
+    use std::fmt::Write;
+    let mut out = String::with_capacity(app.len());
+    // Where each escape or kept byte starts, to cut long ones cleanly.
+    let mut starts = Vec::new();
+    for (i, &b) in app.as_bytes().iter().enumerate() {
+        starts.push(out.len());
+        let keep = b.is_ascii_alphanumeric() || b == b'-' || (b == b'.' && i > 0);
+        if keep {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "_{b:02X}");
+        }
     }
+    if out.is_empty() {
+        return "_".into();
+    }
+    if out.len() > MAX_COMPONENT {
+        let cut = starts
+            .iter()
+            .copied()
+            .take_while(|&s| s <= LONG_PREFIX)
+            .last()
+            .unwrap_or(0);
+        out.truncate(cut);
+        let _ = write!(out, "~{:032x}", fnv1a_128(app.as_bytes()));
+    }
+    out
+}
+
+/// FNV-1a, 128 bits: a fixed, documented hash (std's hashers may change
+/// between Rust releases; directory names must not).
+fn fnv1a_128(bytes: &[u8]) -> u128 {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013B;
+    bytes
+        .iter()
+        .fold(OFFSET, |h, &b| (h ^ u128::from(b)).wrapping_mul(PRIME))
 }
 
 #[cfg(test)]
@@ -107,11 +151,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn path_component_is_safe() {
-        assert_eq!(path_component("local-123_456"), "local-123_456");
-        assert_eq!(path_component("../etc"), ".._etc");
-        assert_eq!(path_component(".."), "_..");
-        assert_eq!(path_component("a/b\\c d"), "a_b_c_d");
+    fn path_component_is_safe_and_stable() {
+        // Spark's ids keep their shape, apart from `_`.
+        assert_eq!(
+            path_component("application_1700000000000_0001"),
+            "application_5F1700000000000_5F0001"
+        );
+        assert_eq!(path_component("local-123.4"), "local-123.4");
+        assert_eq!(path_component("../etc"), "_2E._2Fetc");
+        assert_eq!(path_component(".."), "_2E.");
+        assert_eq!(path_component("."), "_2E");
+        assert_eq!(path_component(""), "_");
+        assert_eq!(path_component("a/b\\c d"), "a_2Fb_5Cc_20d");
+        assert_eq!(path_component("é"), "_C3_A9");
+        for id in ["a/b", "../x", "..", ".", "", "a\0b", "x\ny"] {
+            let c = path_component(id);
+            assert!(!c.contains('/') && !c.contains('\0') && c != "." && c != "..");
+            assert!(!c.starts_with('.'), "{c}");
+        }
+    }
+
+    #[test]
+    fn path_component_is_injective() {
+        let ids = [
+            "a b", "a/b", "a_b", "a\\b", "a_20b", "a_2Fb", "a_5Fb", "a.b", "ab", "a", "_", "", ".",
+            "..", "_2E", "_2E.", "a~b",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for id in ids {
+            if let Some(other) = seen.insert(path_component(id), id) {
+                panic!("{id:?} and {other:?} share {}", path_component(id));
+            }
+        }
+    }
+
+    #[test]
+    fn long_ids_are_cut_and_hashed() {
+        let a = "x".repeat(300);
+        let b = format!("{}y", "x".repeat(299));
+        let (ca, cb) = (path_component(&a), path_component(&b));
+        assert_ne!(ca, cb);
+        assert!(ca.len() <= MAX_COMPONENT, "{}", ca.len());
+        assert!(ca.starts_with(&"x".repeat(LONG_PREFIX)) && ca.contains('~'));
+        // An escape is never cut in half.
+        let c = path_component(&"/".repeat(100));
+        let (prefix, _) = c.split_once('~').unwrap();
+        assert_eq!(prefix.len() % 3, 0, "{c}");
+        assert!(prefix.len() <= LONG_PREFIX);
+        // Stable across runs and releases.
+        assert_eq!(path_component(&a), ca);
+        assert_eq!(fnv1a_128(b""), 0x6c62272e07bb014262b821756295c58d);
+        assert_eq!(fnv1a_128(b"a"), 0xd228cb696f1a8caf78912b704e4a8964);
     }
 
     #[test]

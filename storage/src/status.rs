@@ -21,6 +21,8 @@ pub(crate) struct Counters {
     /// Appends that waited for memory until their deadline.
     pub memory_wait_timeouts: AtomicU64,
     pub apps_expired: AtomicU64,
+    /// Commits and flushes that stopped waiting at `commit_timeout`.
+    pub flush_timeouts: AtomicU64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -65,6 +67,8 @@ pub struct OperationCounts {
     pub memory_waits: u64,
     pub memory_wait_timeouts: u64,
     pub apps_expired: u64,
+    /// Commits and shuffle flushes that gave up waiting at `commit_timeout`.
+    pub flush_timeouts: u64,
     /// Removed applications whose shuffles are still dead (tombstones).
     pub removed_apps_remembered: u64,
 }
@@ -132,6 +136,7 @@ impl Store {
                 memory_waits: c.memory_waits.load(Ordering::Relaxed),
                 memory_wait_timeouts: c.memory_wait_timeouts.load(Ordering::Relaxed),
                 apps_expired: c.apps_expired.load(Ordering::Relaxed),
+                flush_timeouts: c.flush_timeouts.load(Ordering::Relaxed),
                 removed_apps_remembered: self.lifecycle.tombstone_count() as u64,
             },
             applications,
@@ -167,8 +172,9 @@ impl Store {
         metrics::gauge!("switchyard_tier_bytes", "tier" => "disk").set(t.disk as f64);
         metrics::gauge!("switchyard_tier_bytes", "tier" => "cold").set(t.cold as f64);
         if let Some(cold) = &self.cold {
-            metrics::gauge!("switchyard_cold_read_cache_bytes")
-                .set(cold.status().read_cache_bytes as f64);
+            let s = cold.status();
+            metrics::gauge!("switchyard_cold_read_cache_bytes").set(s.read_cache_bytes as f64);
+            metrics::gauge!("switchyard_cold_healthy").set(if s.healthy { 1.0 } else { 0.0 });
         }
         for d in &self.disks {
             let s = d.status();
@@ -180,6 +186,15 @@ impl Store {
                     0.0
                 },
             );
+            metrics::gauge!("switchyard_disk_hung", "dir" => dir.clone()).set(
+                if s.health == crate::disk::DiskHealth::Hung {
+                    1.0
+                } else {
+                    0.0
+                },
+            );
+            metrics::gauge!("switchyard_disk_stuck_calls", "dir" => dir.clone())
+                .set(s.stuck_calls as f64);
             metrics::gauge!("switchyard_disk_used_ratio", "dir" => dir.clone()).set(s.used_ratio);
             metrics::gauge!("switchyard_disk_available_bytes", "dir" => dir.clone())
                 .set(s.available_bytes as f64);

@@ -563,14 +563,19 @@ impl Store {
     // ---- lifecycle ------------------------------------------------------
 
     /// Flushes every block of a partition and refuses further appends (a
-    /// Celeborn commit). Idempotent. Returns the partition's figures.
+    /// Celeborn commit). Idempotent. Returns the partition's figures. Waits
+    /// at most `commit_timeout`, then fails with
+    /// [`StorageError::FlushTimeout`] while the flush goes on.
     pub async fn seal(self: &Arc<Self>, key: &PartitionKey) -> Result<PartitionStats> {
         let p = self.partition_or_create(key)?;
         {
             let _buf = p.buffer.lock();
             p.sealed.store(true, Ordering::Release);
         }
-        self.flush_fully(&p).await?;
+        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
+        let flush = self.flush_in_background(&p);
+        self.flush_fully_until(flush, deadline, || format!("partition {key}"))
+            .await?;
         self.partition_stats(key)
     }
 
@@ -582,17 +587,28 @@ impl Store {
     }
 
     /// Flushes every block of a shuffle and waits until it is durable
-    /// (Uniffle's finishShuffle).
+    /// (Uniffle's finishShuffle), at most `commit_timeout` in all; then it
+    /// fails with [`StorageError::FlushTimeout`] while the flushes go on.
     pub async fn flush_shuffle(self: &Arc<Self>, app: &str, shuffle: i32) -> Result<()> {
-        let app = self.app(app)?;
-        let partitions: Vec<Arc<Partition>> = match app.shuffles.get(&shuffle) {
+        let app_state = self.app(app)?;
+        let partitions: Vec<Arc<Partition>> = match app_state.shuffles.get(&shuffle) {
             Some(s) => s.partitions.iter().map(|p| p.clone()).collect(),
             None => return Ok(()),
         };
-        for p in partitions {
-            self.flush_fully(&p).await?;
+        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
+        // All at once: the flush slots bound how many write together.
+        let flushes: Vec<_> = partitions
+            .iter()
+            .map(|p| self.flush_in_background(p))
+            .collect();
+        let mut first_error = None;
+        for flush in flushes {
+            let what = || format!("shuffle {shuffle} of application {app}");
+            if let Err(e) = self.flush_fully_until(flush, deadline, what).await {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Removes a shuffle: its memory at once, its files and objects before
@@ -644,7 +660,7 @@ impl Store {
         }
         let component = path_component(&a.id);
         for d in &self.disks {
-            remove_dir(d.dir.join(&component));
+            self.remove_dir(d.dir.join(&component)).await;
         }
         if let Some(cold) = &self.cold {
             if let Err(e) = cold.delete_prefix(&component).await {
@@ -693,7 +709,7 @@ impl Store {
         }
         let rel = shuffle_rel(app, shuffle);
         for d in &self.disks {
-            remove_dir(d.dir.join(&rel));
+            self.remove_dir(d.dir.join(&rel)).await;
         }
         if let Some(cold) = &self.cold {
             if let Err(e) = cold.delete_prefix(&rel.to_string_lossy()).await {
@@ -747,9 +763,19 @@ impl Store {
             buffered = self.budget.used(),
             "flushing before shutdown"
         );
-        for p in partitions {
-            if let Err(e) = self.flush_fully(&p).await {
-                tracing::error!(partition = %p.key, error = %e, "flush at shutdown failed");
+        // Bounded like a commit: with no writable tier, stop waiting (and
+        // say what is lost) rather than never exit.
+        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
+        let flushes: Vec<_> = partitions
+            .iter()
+            .map(|p| (p.key.clone(), self.flush_in_background(p)))
+            .collect();
+        for (key, flush) in flushes {
+            if let Err(e) = self
+                .flush_fully_until(flush, deadline, || format!("partition {key}"))
+                .await
+            {
+                tracing::error!(partition = %key, error = %e, "flush at shutdown failed");
             }
         }
         self.cancel.cancel();
@@ -777,11 +803,25 @@ pub(crate) fn shuffle_rel(app: &str, shuffle: i32) -> PathBuf {
     PathBuf::from(path_component(app)).join(shuffle.to_string())
 }
 
-fn remove_dir(path: PathBuf) {
-    match std::fs::remove_dir_all(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cleanup failed"),
+impl Store {
+    /// Deletes a directory tree on the blocking pool, never on a runtime
+    /// thread (a large application has many files). Waits at most
+    /// `disks.io_timeout`; a removal still running then goes on alone.
+    /// Not a hang signal: a big tree can legitimately take that long.
+    async fn remove_dir(&self, path: PathBuf) {
+        let shown = path.display().to_string();
+        let removal = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&path));
+        match tokio::time::timeout(self.config.disks.io_timeout, removal).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Ok(Ok(Err(e))) => tracing::warn!(path = shown, error = %e, "cleanup failed"),
+            Ok(Err(e)) => tracing::warn!(path = shown, error = %e, "cleanup task failed"),
+            Err(_) => tracing::warn!(
+                path = shown,
+                timeout = ?self.config.disks.io_timeout,
+                "cleanup still running; not waiting for it"
+            ),
+        }
     }
 }
 

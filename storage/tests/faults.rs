@@ -5,13 +5,13 @@ mod common;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bytesize::ByteSize;
 use common::*;
-use switchyard_storage::fault::DiskFaults;
-use switchyard_storage::{DiskHealth, PartitionKey, Store};
+use switchyard_storage::fault::{DiskFaults, DiskOp};
+use switchyard_storage::{DiskHealth, PartitionKey, StorageError, Store};
 
 /// Fails writes on one directory: the next `count` writes, or all while `always`.
 struct FailingDisk {
@@ -319,4 +319,283 @@ fn walk_has(dir: &Path, prefix: &str) -> bool {
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with(prefix))
     })
+}
+
+/// Hangs every call of one kind on one directory, as a device in D state
+/// does, until released. Released on drop too, so a failing test does not
+/// leave threads blocked (the runtime waits for them at exit).
+struct HangingDisk {
+    dir: PathBuf,
+    op: DiskOp,
+    armed: AtomicBool,
+    /// Calls blocked right now.
+    blocked: AtomicU64,
+    released: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl HangingDisk {
+    fn new(dir: PathBuf, op: DiskOp) -> Arc<Self> {
+        Arc::new(HangingDisk {
+            dir,
+            op,
+            armed: AtomicBool::new(false),
+            blocked: AtomicU64::new(0),
+            released: Mutex::new(false),
+            wake: Condvar::new(),
+        })
+    }
+
+    fn release(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+        *self.released.lock().unwrap() = true;
+        self.wake.notify_all();
+    }
+}
+
+/// Releases the hang when the test ends, passed or failed.
+struct ReleaseOnDrop(Arc<HangingDisk>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl DiskFaults for HangingDisk {
+    fn before_write(&self, _dir: &Path, _bytes: u64) -> Option<io::Error> {
+        None
+    }
+
+    fn on_io_thread(&self, dir: &Path, op: DiskOp) {
+        if op != self.op || !dir.starts_with(&self.dir) || !self.armed.load(Ordering::SeqCst) {
+            return;
+        }
+        self.blocked.fetch_add(1, Ordering::SeqCst);
+        let mut released = self.released.lock().unwrap();
+        while !*released {
+            released = self.wake.wait(released).unwrap();
+        }
+        self.blocked.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Bounds a step of a fault test: the fault must not make it wait forever.
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within 20 s"))
+}
+
+// A current-thread runtime (the default): if a hung write blocked a runtime
+// thread, nothing below could make progress at all.
+#[tokio::test]
+async fn a_hung_disk_write_marks_the_disk_hung_and_the_flush_goes_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = HangingDisk::new(dir.path().join("disk0"), DiskOp::Write);
+    let _release = ReleaseOnDrop(hang.clone());
+    let mut c = config(dir.path(), 2, 1 << 20);
+    c.disks.io_timeout = Duration::from_secs(1);
+    let store = Store::open_with_faults(c, Some(hang.clone()))
+        .await
+        .unwrap();
+    store.register_app("a");
+    store.register_app("b");
+    hang.armed.store(true, Ordering::SeqCst);
+    let mut written = Vec::new();
+    for p in 0..8 {
+        let key = PartitionKey::new("a", 0, p);
+        let blocks: Vec<_> = (0..10)
+            .map(|i| block(p as i64 * 100 + i, i % 3, 500 + i as usize))
+            .collect();
+        store.append(&key, blocks.clone(), None).await.unwrap();
+        written.push((key, blocks));
+    }
+    within("flush past a hung disk", store.flush_shuffle("a", 0))
+        .await
+        .unwrap();
+    assert!(
+        hang.blocked.load(Ordering::SeqCst) >= 1,
+        "some partition was placed on disk0 and its write is stuck"
+    );
+    let s = store.status();
+    assert_eq!(s.disks[0].health, DiskHealth::Hung, "{:?}", s.disks[0]);
+    assert!(s.disks[0].io_timeouts >= 1 && s.disks[0].stuck_calls >= 1);
+    assert_eq!(s.disks[1].health, DiskHealth::Healthy);
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["disks"][0]["health"], "hung");
+    for (key, blocks) in &written {
+        let stats = store.partition_stats(key).unwrap();
+        assert_eq!(stats.memory_bytes, 0, "{key} flushed");
+        assert_eq!(s.disks[0].stored_bytes, 0, "nothing counted on disk0");
+        assert_same(&read_all(&store, key).await, blocks);
+    }
+    // The stuck thread blocks nothing else: another shuffle flushes, and
+    // is read back, while it is still blocked.
+    let kb = PartitionKey::new("b", 0, 0);
+    let more: Vec<_> = (0..5).map(|i| block(1000 + i, 0, 700)).collect();
+    store.append(&kb, more.clone(), None).await.unwrap();
+    within("a second flush", store.flush_shuffle("b", 0))
+        .await
+        .unwrap();
+    assert_same(&read_all(&store, &kb).await, &more);
+    assert!(hang.blocked.load(Ordering::SeqCst) >= 1, "still stuck");
+    assert_eq!(store.budget().used(), 0);
+    // The device comes back: once the stuck calls return, a probe
+    // re-enables the disk.
+    hang.release();
+    within(
+        "disk0 healthy again",
+        wait_until("disk0 healthy", || {
+            disk_health(&store, 0) == DiskHealth::Healthy
+        }),
+    )
+    .await;
+    assert_eq!(store.status().disks[0].stuck_calls, 0);
+    for (key, blocks) in &written {
+        assert_same(&read_all(&store, key).await, blocks);
+    }
+}
+
+#[tokio::test]
+async fn a_hung_statvfs_marks_the_disk_hung_without_stalling_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = HangingDisk::new(dir.path().join("disk0"), DiskOp::Statvfs);
+    let _release = ReleaseOnDrop(hang.clone());
+    let mut c = config(dir.path(), 2, 1 << 20);
+    c.disks.io_timeout = Duration::from_secs(1);
+    let store = Store::open_with_faults(c, Some(hang.clone()))
+        .await
+        .unwrap();
+    store.register_app("a");
+    hang.armed.store(true, Ordering::SeqCst);
+    within(
+        "the health check hangs on disk0",
+        wait_until("disk0 hung", || disk_health(&store, 0) == DiskHealth::Hung),
+    )
+    .await;
+    assert_eq!(
+        hang.blocked.load(Ordering::SeqCst),
+        1,
+        "one stuck statvfs: later checks do not pile up behind it"
+    );
+    let mut written = Vec::new();
+    for p in 0..6 {
+        let key = PartitionKey::new("a", 0, p);
+        let blocks: Vec<_> = (0..4).map(|i| block(p as i64 * 10 + i, 0, 900)).collect();
+        store.append(&key, blocks.clone(), None).await.unwrap();
+        written.push((key, blocks));
+    }
+    within("flushes beside a hung statvfs", store.flush_shuffle("a", 0))
+        .await
+        .unwrap();
+    let s = store.status();
+    assert_eq!(s.disks[0].stored_bytes, 0, "a hung disk takes no writes");
+    assert_eq!(s.disks[1].stored_bytes, 6 * 4 * 900);
+    for (key, blocks) in &written {
+        assert_same(&read_all(&store, key).await, blocks);
+    }
+    assert_eq!(hang.blocked.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn huge_partitions_fall_back_to_a_disk_while_cold_writes_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = with_cold(config(dir.path(), 1, 1 << 20), dir.path(), 5_000);
+    let cold = c.cold.as_mut().unwrap();
+    cold.retries = 0;
+    cold.error_cooldown = Duration::from_millis(300);
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    let blocks: Vec<_> = (0..15).map(|i| block(i, 0, 1000)).collect();
+    for chunk in blocks[..6].chunks(3) {
+        store.append(&key, chunk.to_vec(), None).await.unwrap();
+        store.flush_shuffle("a", 0).await.unwrap();
+    }
+    assert_eq!(store.partition_stats(&key).unwrap().disk_bytes, 6_000);
+    // The cold tier breaks: its root becomes a file, so every write fails
+    // (ENOTDIR, root or not).
+    let root = dir.path().join("cold");
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::write(&root, b"not a directory").unwrap();
+    store
+        .append(&key, blocks[6..9].to_vec(), None)
+        .await
+        .unwrap();
+    within("a huge flush while cold fails", store.flush_shuffle("a", 0))
+        .await
+        .unwrap();
+    let stats = store.partition_stats(&key).unwrap();
+    assert_eq!((stats.disk_bytes, stats.cold_bytes), (9_000, 0));
+    let cold = store.status().cold.unwrap();
+    assert!(cold.write_errors >= 1, "the cold tier was tried: {cold:?}");
+    assert!(!cold.healthy);
+    assert_same(&read_all(&store, &key).await, &blocks[..9]);
+    // Still failing: the next flush goes to the disk at once.
+    store
+        .append(&key, blocks[9..12].to_vec(), None)
+        .await
+        .unwrap();
+    within("a second huge flush", store.flush_shuffle("a", 0))
+        .await
+        .unwrap();
+    assert_eq!(store.partition_stats(&key).unwrap().disk_bytes, 12_000);
+    // The tier comes back: after its cooldown the partition goes cold again.
+    std::fs::remove_file(&root).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    store
+        .append(&key, blocks[12..].to_vec(), None)
+        .await
+        .unwrap();
+    within("a cold flush after recovery", store.flush_shuffle("a", 0))
+        .await
+        .unwrap();
+    let stats = store.partition_stats(&key).unwrap();
+    assert_eq!((stats.disk_bytes, stats.cold_bytes), (12_000, 3_000));
+    assert!(store.status().cold.unwrap().healthy);
+    assert_same(&read_all(&store, &key).await, &blocks);
+}
+
+#[tokio::test]
+async fn commit_and_finish_fail_after_commit_timeout_with_no_writable_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FailingDisk::new(dir.path().join("disk0"), 0, true, io::ErrorKind::Other);
+    let mut c = config(dir.path(), 1, 1 << 20);
+    c.commit_timeout = Duration::from_millis(300);
+    let store = Store::open_with_faults(c, Some(faults.clone()))
+        .await
+        .unwrap();
+    store.register_app("a");
+    let key = PartitionKey::new("a", 0, 0);
+    let other = PartitionKey::new("a", 0, 1);
+    let blocks: Vec<_> = (0..10).map(|i| block(i, 0, 300)).collect();
+    store.append(&key, blocks.clone(), None).await.unwrap();
+    store.append(&other, blocks.clone(), None).await.unwrap();
+    let err = within("seal", store.seal(&key)).await.unwrap_err();
+    assert!(
+        matches!(err, StorageError::FlushTimeout { .. }),
+        "typed timeout: {err}"
+    );
+    let err = within("flush_shuffle", store.flush_shuffle("a", 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::FlushTimeout { .. }), "{err}");
+    assert!(store.status().operations.flush_timeouts >= 2);
+    // Nothing acknowledged is lost: the blocks wait in memory, readable.
+    assert_same(&read_all(&store, &key).await, &blocks);
+    assert_eq!(store.partition_stats(&key).unwrap().memory_bytes, 3_000);
+    // The disk comes back: the flushes that went on after the timeouts
+    // finish on their own, and a retried commit succeeds.
+    faults.always.store(false, Ordering::SeqCst);
+    within(
+        "the background flushes finish",
+        wait_until("flushed", || store.budget().used() == 0),
+    )
+    .await;
+    let stats = within("a retried seal", store.seal(&key)).await.unwrap();
+    assert_eq!((stats.memory_bytes, stats.disk_bytes), (0, 3_000));
+    assert_same(&read_all(&store, &key).await, &blocks);
+    assert_same(&read_all(&store, &other).await, &blocks);
 }

@@ -296,3 +296,60 @@ async fn a_flush_waiting_for_a_tier_stops_when_its_shuffle_is_removed() {
     );
     assert_eq!(store.budget().used(), 0);
 }
+
+/// Ids that differ only in characters a path cannot hold as they are get
+/// directories and cold prefixes of their own: removing one application
+/// leaves every block of the others readable, on disk and cold.
+#[tokio::test]
+async fn removing_an_app_never_touches_one_whose_id_differs_only_in_escaped_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    // The second flush of each partition goes cold (past 2000 bytes).
+    let c = with_cold(config(dir.path(), 2, 1 << 20), dir.path(), 2_000);
+    let store = Store::open(c).await.unwrap();
+    let apps = ["a b", "a/b", "a_b", "a\\b", "a_5Fb"];
+    let mut written = Vec::new();
+    for (n, app) in apps.iter().enumerate() {
+        store.register_app(app);
+        let key = PartitionKey::new(*app, 0, 0);
+        let blocks: Vec<_> = (0..6).map(|i| block(n as i64 * 100 + i, 0, 1000)).collect();
+        for half in blocks.chunks(3) {
+            store.append(&key, half.to_vec(), None).await.unwrap();
+            store.flush_shuffle(app, 0).await.unwrap();
+        }
+        let stats = store.partition_stats(&key).unwrap();
+        assert_eq!(
+            (stats.disk_bytes, stats.cold_bytes),
+            (3_000, 3_000),
+            "{app}"
+        );
+        written.push((key, blocks));
+    }
+    let objects: Vec<_> = {
+        let mut v = Vec::new();
+        for app in &apps {
+            v.push(store.cold_objects(app).await.unwrap());
+        }
+        v
+    };
+    for (app, objs) in apps.iter().zip(&objects) {
+        assert_eq!(objs.len(), 2, "{app}: one cold data and index object");
+    }
+    store.remove_app("a_b").await.unwrap();
+    assert!(store.cold_objects("a_b").await.unwrap().is_empty());
+    for (n, (key, blocks)) in written.iter().enumerate() {
+        if &*key.app == "a_b" {
+            continue;
+        }
+        assert_same(&read_all(&store, key).await, blocks);
+        assert_eq!(
+            store.cold_objects(apps[n]).await.unwrap(),
+            objects[n],
+            "{} kept its cold objects",
+            apps[n]
+        );
+    }
+    // Files of the other four stay: two per app on disk (data and index).
+    let disk_files =
+        files_under(&dir.path().join("disk0")) + files_under(&dir.path().join("disk1"));
+    assert_eq!(disk_files, 4 * 2);
+}

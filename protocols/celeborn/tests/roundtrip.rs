@@ -1438,3 +1438,49 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
         "no stream of a dead shuffle"
     );
 }
+
+/// With no writable tier, CommitFiles answers in bounded time (the store's
+/// commit_timeout) with the stuck ids failed, and so does a retry of the
+/// same epoch (which commits afresh: a failed answer is not kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_fails_in_bounded_time_with_no_writable_tier() {
+    let env = start_tuned(16 << 20, 1 << 20, None, |sc, _| {
+        sc.commit_timeout = Duration::from_millis(300);
+        // The first flush fills the only disk (flushes already placed
+        // complete); after it nothing is writable.
+        sc.disks.capacity = Some(ByteSize::b(1));
+    })
+    .await;
+    let lm = Lm::start(&env, "app-stuck", 0, 2, 1 << 30, 0).await;
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    for id in ["0-0", "1-0"] {
+        let r = push
+            .push("app-stuck-0", id, batch(0, 0, 1, &[7; 1000]))
+            .await
+            .unwrap();
+        assert!(r.is_empty());
+    }
+    let c = lm.commit(0, vec!["0-0".into()], 1, 0).await;
+    assert_eq!(c.committed_primary_ids, vec!["0-0".to_string()]);
+    assert_eq!(
+        env.store.status().disks[0].health,
+        switchyard_storage::DiskHealth::Full
+    );
+    for _ in 0..2 {
+        let c = tokio::time::timeout(
+            Duration::from_secs(20),
+            lm.commit(0, vec!["1-0".into()], 1, 1),
+        )
+        .await
+        .expect("CommitFiles answered in bounded time");
+        assert_eq!(c.failed_primary_ids, vec!["1-0".to_string()], "{c:?}");
+        assert!(c.committed_primary_ids.is_empty());
+        assert_ne!(c.status, StatusCode::Success.as_i32());
+    }
+    // Acknowledged, not lost: the batch waits in memory.
+    let key = switchyard_storage::PartitionKey::new("app-stuck", 0, 1);
+    assert_eq!(env.store.partition_stats(&key).unwrap().disk_bytes, 0);
+    assert!(env.store.partition_stats(&key).unwrap().memory_bytes > 0);
+}

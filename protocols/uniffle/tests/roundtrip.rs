@@ -765,3 +765,49 @@ async fn an_expired_app_is_forgotten_and_its_shuffle_stays_dead() {
         .into_inner();
     assert_eq!(r.status, StatusCode::NoRegister as i32);
 }
+
+/// With no writable tier, finishShuffle answers an error status after the
+/// store's commit_timeout instead of waiting forever; the blocks stay
+/// readable from memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_shuffle_fails_in_bounded_time_with_no_writable_tier() {
+    let env = start_with(16 << 20, |sc| {
+        sc.commit_timeout = Duration::from_millis(300);
+        // No filesystem has this much free: every disk is full, and there
+        // is no cold tier.
+        sc.disks.min_free = ByteSize::b(u64::MAX);
+    })
+    .await;
+    let app = "app-stuck";
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    s.register_shuffle(app, 0, &[(0, 1)]).await.unwrap();
+    s.send(
+        app,
+        0,
+        vec![(0, vec![ClientBlock::new(1, 0, data(1, 5000))])],
+    )
+    .await
+    .unwrap();
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        s.grpc().finish_shuffle(FinishShuffleRequest {
+            app_id: app.into(),
+            shuffle_id: 0,
+        }),
+    )
+    .await
+    .expect("finishShuffle answered in bounded time")
+    .unwrap()
+    .into_inner();
+    assert_eq!(r.status, StatusCode::InternalError as i32, "{r:?}");
+    assert!(r.ret_msg.contains("not durable"), "{}", r.ret_msg);
+    let key = switchyard_storage::PartitionKey::new(app, 0, 0);
+    let stats = env.store.partition_stats(&key).unwrap();
+    assert_eq!(
+        (stats.memory_bytes, stats.disk_bytes),
+        (5000, 0),
+        "still in memory"
+    );
+}

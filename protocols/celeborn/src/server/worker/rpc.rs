@@ -187,11 +187,24 @@ impl WorkerEndpoint {
             };
         };
         // The same (shuffle, epoch) always gets the same answer; a duplicate
-        // arriving while the first runs waits for it.
+        // arriving while the first runs waits for it. Bounded by the store's
+        // commit_timeout (celeborn.worker.commitFiles.timeout): then every id
+        // fails. Failures are not kept, so a retry commits afresh.
         let cell = shuffle.commits.lock().entry(r.epoch).or_default().clone();
-        cell.get_or_init(|| self.do_commit(&shuffle, &r))
-            .await
-            .clone()
+        let timeout = self.state.store.config().commit_timeout;
+        let commit = cell.get_or_init(|| self.do_commit(&shuffle, &r));
+        let Ok(reply) = tokio::time::timeout(timeout, commit).await else {
+            return PbCommitFilesResponse {
+                status: StatusCode::CommitFileException.as_i32(),
+                failed_primary_ids: r.primary_ids.clone(),
+                failed_replica_ids: r.replica_ids.clone(),
+                ..Default::default()
+            };
+        };
+        if !reply.failed_primary_ids.is_empty() || !reply.failed_replica_ids.is_empty() {
+            shuffle.commits.lock().remove(&r.epoch);
+        }
+        reply.clone()
     }
 
     async fn do_commit(&self, shuffle: &ShuffleState, r: &PbCommitFiles) -> PbCommitFilesResponse {
