@@ -330,6 +330,19 @@ fn encoded(messages: &[Msg]) -> BytesMut {
     buf
 }
 
+/// Whether a new connection gets served within about 5 s (a place may take a
+/// moment to come back after a connection closes).
+async fn a_new_connection_is_served(addr: SocketAddr) -> bool {
+    for attempt in 0..100 {
+        let mut c = Client::connect(addr).await;
+        if c.served(10 + attempt).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     for _ in 0..500 {
         if condition() {
@@ -398,16 +411,10 @@ async fn connection_limit_closes_the_extra_connection() {
 
     // A closed connection gives its place back.
     drop(first);
-    let mut served = false;
-    for attempt in 0..100 {
-        let mut c = Client::connect(server.addr).await;
-        if c.served(10 + attempt).await {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "no place freed after a connection closed");
+    assert!(
+        a_new_connection_is_served(server.addr).await,
+        "no place freed after a connection closed"
+    );
     assert!(second.served(6).await);
 }
 
@@ -605,14 +612,8 @@ async fn one_peer_cannot_take_every_place() {
     );
     // Its place comes back when one of the two closes.
     drop(first);
-    let mut served = false;
-    for attempt in 0..100 {
-        let mut c = Client::connect(server.addr).await;
-        if c.served(10 + attempt).await {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "no peer place freed after a connection closed");
+    assert!(
+        a_new_connection_is_served(server.addr).await,
+        "no peer place freed after a connection closed"
+    );
 }

@@ -531,21 +531,7 @@ impl PushPort {
         request_id: i64,
         reply: Result<Vec<u8>, CelebornError>,
     ) {
-        let frame = match reply {
-            Ok(body) => Message::RpcResponse {
-                request_id,
-                body: Bytes::from(body),
-            },
-            Err(e) => {
-                e.count(self.port);
-                tracing::warn!(status = %e.status(), error = %e, "map partition request refused");
-                Message::RpcFailure {
-                    request_id,
-                    error: e.client_text(),
-                }
-            }
-        };
-        replier.send(frame).await;
+        self.reply(replier, request_id, reply, Failure::Text).await
     }
 
     /// The reply to a Spark push: a failure is the bare status name, which
@@ -556,6 +542,17 @@ impl PushPort {
         request_id: i64,
         reply: Result<Vec<u8>, CelebornError>,
     ) {
+        self.reply(replier, request_id, reply, Failure::StatusName)
+            .await
+    }
+
+    async fn reply(
+        &self,
+        replier: &Replier,
+        request_id: i64,
+        reply: Result<Vec<u8>, CelebornError>,
+        failure: Failure,
+    ) {
         let frame = match reply {
             Ok(body) => Message::RpcResponse {
                 request_id,
@@ -563,15 +560,24 @@ impl PushPort {
             },
             Err(e) => {
                 e.count(self.port);
-                tracing::debug!(status = %e.status(), error = %e, "push refused");
-                Message::RpcFailure {
-                    request_id,
-                    error: e.status().name().to_string(),
-                }
+                tracing::debug!(status = %e.status(), error = %e, "push port request refused");
+                let error = match failure {
+                    Failure::Text => e.client_text(),
+                    Failure::StatusName => e.status().name().to_string(),
+                };
+                Message::RpcFailure { request_id, error }
             }
         };
         replier.send(frame).await;
     }
+}
+
+/// What an RpcFailure of the push port says.
+enum Failure {
+    /// The error's client text (map-partition requests).
+    Text,
+    /// The bare status name (Spark pushes).
+    StatusName,
 }
 
 #[cfg(test)]
