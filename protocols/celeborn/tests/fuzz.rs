@@ -8,7 +8,7 @@
 mod harness;
 
 use bytes::{Bytes, BytesMut};
-use harness::{fuzz, Counting, Target};
+use harness::{fuzz, label, Counting, Target};
 use switchyard_celeborn::frame::{
     CelebornCodec, Message, Mode, PushData, PushMergedData, RegionStart,
 };
@@ -135,16 +135,6 @@ fn frame_seeds() -> Vec<Vec<u8>> {
         })),
         frame(Message::Heartbeat),
     ]
-}
-
-fn label<T: std::fmt::Debug, E: std::fmt::Display>(r: &Result<T, E>) -> String {
-    match r {
-        Ok(v) => format!("{v:?}")
-            .chars()
-            .take_while(|c| c.is_alphanumeric())
-            .collect(),
-        Err(e) => e.to_string(),
-    }
 }
 
 /// What the ports do with a frame's bytes: decode frames until the buffer

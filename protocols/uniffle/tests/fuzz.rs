@@ -8,7 +8,7 @@
 mod harness;
 
 use bytes::{Bytes, BytesMut};
-use harness::{fuzz, Counting, Target};
+use harness::{fuzz, label, Counting, Target};
 use switchyard_uniffle::bitmap::IdBitmap;
 use switchyard_uniffle::netty::{
     GetLocalShuffleDataRequest, GetLocalShuffleDataV3Request, GetMemoryShuffleDataRequest, Message,
@@ -111,16 +111,6 @@ fn netty_seeds() -> Vec<Vec<u8>> {
             },
         )),
     ]
-}
-
-fn label<T: std::fmt::Debug, E: std::fmt::Display>(r: &Result<T, E>) -> String {
-    match r {
-        Ok(v) => format!("{v:?}")
-            .chars()
-            .take_while(|c| c.is_alphanumeric())
-            .collect(),
-        Err(e) => e.to_string(),
-    }
 }
 
 /// What the Netty port does with bytes: frames until the buffer runs out,

@@ -311,3 +311,16 @@ fn hash(input: &[u8]) -> u64 {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
 }
+
+/// A short name for what a decode step gave: the variant name of a value (its
+/// Debug text up to the first non-alphanumeric character), or the error text.
+/// Targets return these so that a run's outcomes can be told apart.
+pub fn label<T: std::fmt::Debug, E: std::fmt::Display>(r: &Result<T, E>) -> String {
+    match r {
+        Ok(v) => format!("{v:?}")
+            .chars()
+            .take_while(|c| c.is_alphanumeric())
+            .collect(),
+        Err(e) => e.to_string(),
+    }
+}
