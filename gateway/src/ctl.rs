@@ -37,8 +37,8 @@ pub fn run(command: CtlCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `http://HOST:PORT` (or a bare `HOST:PORT`) and `/api/v1/status`.
-pub fn status_url(admin: &str) -> anyhow::Result<String> {
+/// `path` on the admin HTTP of `admin` (`http://HOST:PORT` or `HOST:PORT`).
+fn admin_url(admin: &str, path: &str) -> anyhow::Result<String> {
     let admin = admin.trim().trim_end_matches('/');
     if admin.is_empty() {
         bail!("--admin is empty: give the node's admin address, such as http://127.0.0.1:19990");
@@ -51,11 +51,17 @@ pub fn status_url(admin: &str) -> anyhow::Result<String> {
     } else {
         format!("http://{admin}")
     };
-    Ok(format!("{base}/api/v1/status"))
+    Ok(format!("{base}{path}"))
 }
 
 async fn fetch_status(admin: &str) -> anyhow::Result<(String, String)> {
-    let url = status_url(admin)?;
+    admin_get(admin, "/api/v1/status").await
+}
+
+/// GET `path` on a node's admin HTTP: (the URL, the body), or an error that
+/// names the node when it is unreachable or answers with an error.
+pub async fn admin_get(admin: &str, path: &str) -> anyhow::Result<(String, String)> {
+    let url = admin_url(admin, path)?;
     let client = reqwest::Client::builder()
         // The admin port is inside the cluster network; never via a proxy.
         .no_proxy()
@@ -343,10 +349,10 @@ mod tests {
             ),
             ("10.0.0.5:19990", "http://10.0.0.5:19990/api/v1/status"),
         ] {
-            assert_eq!(status_url(admin).unwrap(), url);
+            assert_eq!(admin_url(admin, "/api/v1/status").unwrap(), url);
         }
-        assert!(status_url("").is_err());
-        assert!(status_url("ftp://x:1").is_err());
+        assert!(admin_url("", "/api/v1/status").is_err());
+        assert!(admin_url("ftp://x:1", "/api/v1/status").is_err());
     }
 
     #[test]

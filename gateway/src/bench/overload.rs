@@ -8,9 +8,8 @@
 //! Run it against a freshly started server (its peak RSS is the process's
 //! lifetime peak) with `--server-pid`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Instant;
 
 use anyhow::{ensure, Context};
 use bytesize::ByteSize;
@@ -47,16 +46,11 @@ pub struct OverloadBenchArgs {
     pub server_pid: Option<u32>,
 }
 
-/// A GET on the admin HTTP (HTTP/1.0, the body).
-fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .with_context(|| format!("admin HTTP at {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (_, body) = out.split_once("\r\n\r\n").context("no HTTP body")?;
-    Ok(body.to_string())
+/// The body of a GET on the node's admin HTTP.
+async fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    crate::ctl::admin_get(&addr.to_string(), path)
+        .await
+        .map(|(_, body)| body)
 }
 
 /// The backpressure a node has answered with so far.
@@ -65,9 +59,10 @@ struct Backpressure {
     uniffle_no_buffer: f64,
 }
 
-fn backpressure(admin: SocketAddr) -> anyhow::Result<Backpressure> {
-    let status: serde_json::Value = serde_json::from_str(&admin_get(admin, "/api/v1/status")?)?;
-    let metrics = admin_get(admin, "/metrics")?;
+async fn backpressure(admin: SocketAddr) -> anyhow::Result<Backpressure> {
+    let status: serde_json::Value =
+        serde_json::from_str(&admin_get(admin, "/api/v1/status").await?)?;
+    let metrics = admin_get(admin, "/metrics").await?;
     Ok(Backpressure {
         memory_waits: status["storage"]["operations"]["memory_waits"]
             .as_u64()
@@ -86,7 +81,7 @@ fn backpressure(admin: SocketAddr) -> anyhow::Result<Backpressure> {
 pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
     ensure!(args.clients >= 2, "--clients must be at least 2");
     let status: serde_json::Value =
-        serde_json::from_str(&admin_get(args.admin, "/api/v1/status")?)?;
+        serde_json::from_str(&admin_get(args.admin, "/api/v1/status").await?)?;
     let memory = &status["storage"]["memory"];
     let budget = memory["capacity"]
         .as_u64()
@@ -107,7 +102,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         OVERHEAD >> 20,
         mib(bound)
     );
-    let before = backpressure(args.admin)?;
+    let before = backpressure(args.admin).await?;
     let celeborn = super::celeborn::run(CelebornBenchArgs {
         master: args.celeborn_master.clone(),
         size: per_protocol,
@@ -131,7 +126,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
     let elapsed = started.elapsed();
     c.context("celeborn half")?;
     u.context("uniffle half")?;
-    let after = backpressure(args.admin)?;
+    let after = backpressure(args.admin).await?;
     println!(
         "both protocols: {} written and read back, every batch and block checked, in {:.1} s ({:.3} GB/s written+read)",
         ByteSize::b(total),
