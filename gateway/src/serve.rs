@@ -15,6 +15,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use crate::admin::throughput::ThroughputHistory;
 use crate::admin::{self, AdminState};
 use crate::config::GatewayConfig;
 use crate::node::{self, CelebornStatus, IdSource, NodeStatus, UniffleStatus};
@@ -144,11 +145,14 @@ pub async fn serve(
         celeborn: celeborn.as_ref().map(|n| CelebornStatus::new(&n.addrs)),
     };
     let (stop_tx, mut stop_rx) = watch::channel(false);
+    let throughput = ThroughputHistory::new();
+    tokio::spawn(throughput.clone().run(stop_rx.clone()));
     let app = admin::router(AdminState {
         store: store.clone(),
         metrics,
         started,
         node: Arc::new(node_status),
+        throughput,
     });
     let mut admin_server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -157,7 +161,7 @@ pub async fn serve(
             })
             .await
     });
-    info!(%admin_addr, "admin HTTP listening (/healthz /readyz /metrics /api/v1/status)");
+    info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/throughput)");
 
     let mut result = Ok(());
     tokio::select! {

@@ -257,11 +257,31 @@ serviceMonitor: {enabled: true}
     assert!(!ok);
     assert!(stderr.contains("storage.memory.capacity"), "{stderr}");
 
-    // The dashboard is off until the repository has one; on, it says why.
-    let err = helm(
+    // The dashboard ConfigMap carries the repository's dashboard, as is.
+    let manifests = helm(
         &helm_bin,
         &["template", "sy", chart, "--set", "dashboard.enabled=true"],
     )
-    .unwrap_err();
-    assert!(err.contains("no dashboards/switchyard.json"), "{err}");
+    .unwrap();
+    let doc = manifests
+        .split("\n---")
+        .find(|d| d.contains("name: sy-switchyard-dashboard"))
+        .expect("a dashboard ConfigMap");
+    assert!(doc.contains("grafana_dashboard: \"1\""), "{doc}");
+    let json: String = doc
+        .split_once("switchyard.json: |\n")
+        .expect("the dashboard's key")
+        .1
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    let rendered: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let repo: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/switchyard.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rendered, repo);
 }

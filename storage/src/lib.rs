@@ -39,7 +39,7 @@ pub use config::{
 };
 pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
-pub use id::{AppId, PartitionKey};
+pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;
 pub use status::{StoreStatus, TierBytes};

@@ -160,6 +160,30 @@ impl Store {
         }
     }
 
+    /// Failure counters exist from the start at 0, so that `rate()` and
+    /// `increase()` over them (dashboards, alerts) work before the first
+    /// failure rather than showing no data.
+    pub(crate) fn register_failure_counters(&self) {
+        for d in &self.disks {
+            let dir = d.dir.display().to_string();
+            metrics::counter!("switchyard_disk_errors_total", "dir" => dir.clone()).increment(0);
+            for op in ["write", "read", "probe", "statvfs"] {
+                metrics::counter!("switchyard_disk_io_timeouts_total", "dir" => dir.clone(), "op" => op)
+                    .increment(0);
+            }
+        }
+        if !self.disks.is_empty() {
+            metrics::counter!("switchyard_spill_failures_total", "tier" => "disk").increment(0);
+        }
+        if self.cold.is_some() {
+            metrics::counter!("switchyard_spill_failures_total", "tier" => "cold").increment(0);
+            for op in ["read", "write"] {
+                metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
+            }
+        }
+        metrics::counter!("switchyard_flush_timeouts_total").increment(0);
+    }
+
     /// Publishes gauges to the `metrics` recorder, if the process installed one.
     pub fn publish_gauges(&self) {
         let b = &self.budget;

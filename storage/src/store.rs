@@ -146,6 +146,7 @@ impl Store {
             config,
         });
         store.start_background();
+        store.register_failure_counters();
         tracing::info!(
             memory = %store.config.memory.capacity,
             disks = store.disks.len(),

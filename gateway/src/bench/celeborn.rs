@@ -41,6 +41,9 @@ pub struct CelebornBenchArgs {
     /// PID of the server, to report its peak RSS (when it runs on this machine).
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Application id (default: `bench-<unix millis>`).
+    #[arg(long)]
+    pub app: Option<String>,
 }
 
 pub(super) fn histogram() -> Histogram<u64> {
@@ -77,12 +80,15 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
     let batch_size = args.batch_size.as_u64() as usize;
     let total_batches = (args.size.as_u64() as usize).div_ceil(batch_size);
     let total = (total_batches * batch_size) as u64;
-    let app = format!(
-        "bench-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_millis()
-    );
+    let app = match &args.app {
+        Some(app) => app.clone(),
+        None => format!(
+            "bench-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis()
+        ),
+    };
     let shuffle_key = format!("{app}-0");
     println!(
         "celeborn bench: {} in {} batches of {} over {} partitions, {} mappers, master {}",

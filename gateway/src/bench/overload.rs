@@ -102,6 +102,15 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         OVERHEAD >> 20,
         mib(bound)
     );
+    // Both halves use one application id, as two unrelated clients of the
+    // two protocols may: each protocol's namespace in the store keeps them
+    // apart, and every byte read back is checked.
+    let app = format!(
+        "bench-overload-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis()
+    );
     let before = backpressure(args.admin).await?;
     let celeborn = super::celeborn::run(CelebornBenchArgs {
         master: args.celeborn_master.clone(),
@@ -110,6 +119,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         partitions: 64,
         batch_size: ByteSize::kib(64),
         server_pid: None,
+        app: Some(app.clone()),
     });
     let uniffle = super::uniffle::run(UniffleBenchArgs {
         coordinator: args.uniffle_coordinator.clone(),
@@ -120,6 +130,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         blocks_per_request: 4,
         transport: args.transport.clone(),
         server_pid: None,
+        app: Some(app),
     });
     let started = Instant::now();
     let (c, u) = tokio::join!(celeborn, uniffle);

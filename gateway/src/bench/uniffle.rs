@@ -42,6 +42,9 @@ pub struct UniffleBenchArgs {
     /// PID of the server, to report its peak RSS (when it runs on this machine).
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Application id (default: `bench-<unix millis>`).
+    #[arg(long)]
+    pub app: Option<String>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -57,12 +60,15 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let block_size = args.block_size.as_u64() as usize;
     let total_blocks = (args.size.as_u64() as usize).div_ceil(block_size);
     let total = (total_blocks * block_size) as u64;
-    let app = format!(
-        "bench-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_millis()
-    );
+    let app = match &args.app {
+        Some(app) => app.clone(),
+        None => format!(
+            "bench-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis()
+        ),
+    };
     println!(
         "uniffle bench: {} in {} blocks of {} over {} partitions, {} mappers, {:?}, coordinator {}",
         ByteSize::b(total),

@@ -12,6 +12,7 @@ use bytesize::ByteSize;
 use switchyard_celeborn::client::{batch, decode, parse_batches, Connection};
 use switchyard_celeborn::proto::*;
 use switchyard_celeborn::rpc::endpoint;
+use switchyard_celeborn::server::worker::stored_app;
 use switchyard_celeborn::{CelebornConfig, CelebornNode, StatusCode, TransportMessage};
 use switchyard_storage::{Store, StoreConfig};
 
@@ -765,7 +766,7 @@ async fn bad_input_gets_errors_and_harms_no_one() {
         .await
         .unwrap();
     assert_eq!(decode::<PbApplicationLostResponse>(&r).unwrap().status, 0);
-    assert!(!env.store.has_app("app-good"));
+    assert!(!env.store.has_app(&stored_app("app-good")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1335,11 +1336,16 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
     // Silence past the application timeout: the app leaves the store, the
     // worker's state and the status.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while env.store.has_app(app) || env.node.worker.shuffles.contains_key(&key) {
+    while env.store.has_app(&stored_app(app)) || env.node.worker.shuffles.contains_key(&key) {
         assert!(std::time::Instant::now() < deadline, "never expired");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(env.store.status().applications.iter().all(|a| a.id != app));
+    assert!(env
+        .store
+        .status()
+        .applications
+        .iter()
+        .all(|a| *a.id != *stored_app(app)));
     assert_eq!(env.store.status().tiers.disk, 0);
     assert_eq!(env.store.status().tiers.memory, 0);
 
@@ -1365,7 +1371,7 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
             .status,
         0
     );
-    assert!(env.store.has_app(app));
+    assert!(env.store.has_app(&stored_app(app)));
 
     // ...but batch B is refused with the status the client revives on,
     let err = push
@@ -1480,7 +1486,7 @@ async fn commit_fails_in_bounded_time_with_no_writable_tier() {
         assert_ne!(c.status, StatusCode::Success.as_i32());
     }
     // Acknowledged, not lost: the batch waits in memory.
-    let key = switchyard_storage::PartitionKey::new("app-stuck", 0, 1);
+    let key = switchyard_storage::PartitionKey::new(stored_app("app-stuck"), 0, 1);
     assert_eq!(env.store.partition_stats(&key).unwrap().disk_bytes, 0);
     assert!(env.store.partition_stats(&key).unwrap().memory_bytes > 0);
 }

@@ -26,6 +26,7 @@ mod error;
 mod fields;
 pub mod log_limit;
 pub mod server;
+pub mod traffic;
 
 pub use codec::{frame_parts, FrameCodec, FrameMessage, DEFAULT_MAX_FRAME_SIZE, HEADER_LEN};
 pub use error::WireError;

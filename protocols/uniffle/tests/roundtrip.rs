@@ -12,6 +12,7 @@ use switchyard_storage::{Store, StoreConfig};
 use switchyard_uniffle::bitmap::IdBitmap;
 use switchyard_uniffle::client::{ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport};
 use switchyard_uniffle::proto::*;
+use switchyard_uniffle::server::stored_app;
 use switchyard_uniffle::{UniffleConfig, UniffleNode};
 
 struct Env {
@@ -202,7 +203,7 @@ async fn large_blocks_and_empty_partitions() {
         s.report(&app, 0, 0, HashMap::from([(1, vec![big.block_id])]))
             .await
             .unwrap();
-        env.store.flush_shuffle(&app, 0).await.unwrap();
+        env.store.flush_shuffle(&stored_app(&app), 0).await.unwrap();
         let bitmap = s.shuffle_result(&app, 0, vec![1]).await.unwrap();
         let got = s
             .read_partition(&app, 0, 1, &bitmap, ReadOptions::default())
@@ -431,7 +432,7 @@ async fn protocol_errors_get_status_codes_and_harm_no_one() {
         .into_inner();
     assert_eq!(r.status, StatusCode::NoRegister as i32);
     // Reads past the data.
-    env.store.flush_shuffle(good, 0).await.unwrap();
+    env.store.flush_shuffle(&stored_app(good), 0).await.unwrap();
     let err = s.data(good, 0, 0, 50, 100).await.unwrap_err();
     assert!(
         err.to_string().contains("INTERNAL_ERROR") || err.to_string().contains("InternalError"),
@@ -589,12 +590,12 @@ async fn commit_finish_unregister_and_heartbeat() {
     assert_eq!(r.status, StatusCode::Success as i32);
     s.unregister_app(app).await.unwrap();
     for _ in 0..100 {
-        if !env.store.has_app(app) {
+        if !env.store.has_app(&stored_app(app)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!env.store.has_app(app));
+    assert!(!env.store.has_app(&stored_app(app)));
     assert_eq!(env.store.status().tiers.disk, 0, "files removed");
     let r = s
         .grpc()
@@ -729,12 +730,15 @@ async fn an_expired_app_is_forgotten_and_its_shuffle_stays_dead() {
     // Silence: within the expiry (plus a check interval) it is gone
     // everywhere: store, adapter, status, files.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while env.store.has_app(app) || env.node.core.has_app(app) {
+    while env.store.has_app(&stored_app(app)) || env.node.core.has_app(app) {
         assert!(std::time::Instant::now() < deadline, "never expired");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let status = env.store.status();
-    assert!(status.applications.iter().all(|a| a.id != app));
+    assert!(status
+        .applications
+        .iter()
+        .all(|a| *a.id != *stored_app(app)));
     assert_eq!(status.tiers.disk, 0, "files removed");
     let r = s
         .grpc()
@@ -803,7 +807,7 @@ async fn finish_shuffle_fails_in_bounded_time_with_no_writable_tier() {
     .into_inner();
     assert_eq!(r.status, StatusCode::InternalError as i32, "{r:?}");
     assert!(r.ret_msg.contains("not durable"), "{}", r.ret_msg);
-    let key = switchyard_storage::PartitionKey::new(app, 0, 0);
+    let key = switchyard_storage::PartitionKey::new(stored_app(app), 0, 0);
     let stats = env.store.partition_stats(&key).unwrap();
     assert_eq!(
         (stats.memory_bytes, stats.disk_bytes),

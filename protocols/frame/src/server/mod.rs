@@ -114,6 +114,13 @@ pub async fn serve<M, H>(
     let max_per_peer = limits.max_connections_per_peer.get();
     let peers = Peers::default();
     let mut rejected = RejectLog::default();
+    // At 0 from the start, so rates and alerts over them work before the first.
+    for kind in ["idle", "frame", "write"] {
+        metrics::counter!("switchyard_connection_timeouts_total", "protocol" => labels.protocol, "port" => labels.port, "kind" => kind)
+            .increment(0);
+    }
+    metrics::counter!("switchyard_accept_errors_total", "protocol" => labels.protocol, "port" => labels.port)
+        .increment(0);
     loop {
         let (stream, peer) = tokio::select! {
             _ = cancel.cancelled() => return,

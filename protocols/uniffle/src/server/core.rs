@@ -8,8 +8,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use switchyard_storage::{
-    AppListener, AppRemoved, Block, BlockMeta, PartitionIndex, PartitionKey, Store,
+    scoped_app, unscoped_app, AppId, AppListener, AppRemoved, Block, BlockMeta, PartitionIndex,
+    PartitionKey, Store,
 };
+
+use switchyard_frame::traffic::{self, Protocol, Request};
 
 use super::apps::{AppState, ShuffleState};
 use super::tickets::Tickets;
@@ -43,6 +46,14 @@ pub struct IncomingBlock {
     pub crc: i64,
     pub task_attempt_id: i64,
     pub data: Bytes,
+}
+
+/// Uniffle's applications in the store, apart from every other front end's.
+pub const NAMESPACE: &str = "uniffle";
+
+/// The store's id of a Uniffle application.
+pub fn stored(app: &str) -> AppId {
+    scoped_app(NAMESPACE, app)
 }
 
 pub struct ShuffleServerCore {
@@ -105,7 +116,7 @@ impl ShuffleServerCore {
             .get(app)
             .map(|a| a.clone())
             .ok_or_else(|| UniffleError::NoRegister(app.to_string()))?;
-        if !self.store.heartbeat(app) {
+        if !self.store.heartbeat(&stored(app)) {
             // Removed between the store's event and this lookup.
             return Err(UniffleError::NoRegister(app.to_string()));
         }
@@ -145,8 +156,8 @@ impl ShuffleServerCore {
         }
         // A shuffle that died with its application stays dead: its old
         // blocks and reports are gone, and a reader must not be told less.
-        self.store.check_shuffle_alive(app, shuffle)?;
-        self.store.register_app(app);
+        self.store.check_shuffle_alive(&stored(app), shuffle)?;
+        self.store.register_app(&stored(app));
         let state = self.apps.entry(app.to_string()).or_default().clone();
         let existing = state.shuffles.get(&shuffle).map(|s| s.clone());
         if let Some(s) = &existing {
@@ -162,7 +173,7 @@ impl ShuffleServerCore {
                     "stage retry: dropping the shuffle's earlier data"
                 );
                 state.shuffles.remove(&shuffle);
-                self.store.remove_shuffle(app, shuffle).await?;
+                self.store.remove_shuffle(&stored(app), shuffle).await?;
             }
         }
         let s = state.shuffles.entry(shuffle).or_default().clone();
@@ -184,13 +195,13 @@ impl ShuffleServerCore {
         if let Some(a) = self.apps.get(app).map(|a| a.clone()) {
             a.shuffles.remove(&shuffle);
         }
-        self.store.remove_shuffle(app, shuffle).await?;
+        self.store.remove_shuffle(&stored(app), shuffle).await?;
         Ok(())
     }
 
     pub async fn unregister_app(&self, app: &str) -> Result<()> {
         self.forget_app(app);
-        self.store.remove_app(app).await?;
+        self.store.remove_app(&stored(app)).await?;
         Ok(())
     }
 
@@ -198,6 +209,7 @@ impl ShuffleServerCore {
 
     /// Reserves memory for a coming `sendShuffleData`; returns the ticket id.
     pub fn require_buffer(&self, app: &str, shuffle: i32, size: i64) -> Result<i64> {
+        let mut request = Request::start(Protocol::Uniffle, "require_buffer");
         if size < 0 {
             return Err(UniffleError::InvalidRequest(format!("requireSize {size}")));
         }
@@ -212,6 +224,7 @@ impl ShuffleServerCore {
             self.shuffle(app, shuffle)?;
         }
         let reservation = self.store.reserve(size as u64)?;
+        request.ok();
         Ok(self.tickets.issue(app, reservation))
     }
 
@@ -223,6 +236,7 @@ impl ShuffleServerCore {
         ticket: i64,
         partitions: Vec<(i32, Vec<IncomingBlock>)>,
     ) -> Result<()> {
+        let mut request = Request::start(Protocol::Uniffle, "send_shuffle_data");
         let state = self.shuffle(app, shuffle)?;
         if partitions.iter().all(|(_, b)| b.is_empty()) {
             return Err(UniffleError::InvalidRequest("No data in request".into()));
@@ -261,11 +275,14 @@ impl ShuffleServerCore {
                     data: b.data,
                 });
             }
-            let key = PartitionKey::new(app, shuffle, partition);
+            let key = PartitionKey::new(stored(app), shuffle, partition);
+            let bytes = out.iter().map(Block::len).sum();
             self.store
                 .append(&key, out, Some(&mut ticket.reservation))
                 .await?;
+            traffic::pushed(Protocol::Uniffle, bytes);
         }
+        request.ok();
         Ok(())
     }
 
@@ -288,7 +305,7 @@ impl ShuffleServerCore {
         let app_state = self.app(app)?;
         // An empty set for a dead shuffle would tell the reader to expect
         // nothing from this server.
-        self.store.check_shuffle_alive(app, shuffle)?;
+        self.store.check_shuffle_alive(&stored(app), shuffle)?;
         let bitmap = match app_state.shuffles.get(&shuffle) {
             Some(s) => s.result(partitions),
             None => IdBitmap::new(),
@@ -303,7 +320,7 @@ impl ShuffleServerCore {
     /// Flushes every block of the shuffle and waits until it is durable.
     pub async fn finish_shuffle(&self, app: &str, shuffle: i32) -> Result<()> {
         self.shuffle(app, shuffle)?;
-        self.store.flush_shuffle(app, shuffle).await?;
+        self.store.flush_shuffle(&stored(app), shuffle).await?;
         Ok(())
     }
 
@@ -320,8 +337,9 @@ impl ShuffleServerCore {
         max_bytes: i64,
         expected_tasks: Option<&IdBitmap>,
     ) -> Result<MemoryData> {
+        let mut request = Request::start(Protocol::Uniffle, "get_memory_data");
         self.app(app)?;
-        let key = PartitionKey::new(app, shuffle, partition);
+        let key = PartitionKey::new(stored(app), shuffle, partition);
         let after = (last_block_id != -1).then_some(last_block_id);
         let keep = |b: &Block| expected_tasks.is_none_or(|t| t.contains_i64(b.meta.map_id));
         let read = self
@@ -340,6 +358,8 @@ impl ShuffleServerCore {
             });
             data.extend_from_slice(&b.data);
         }
+        traffic::fetched(Protocol::Uniffle, data.len() as u64);
+        request.ok();
         Ok(MemoryData {
             segments,
             data: data.freeze(),
@@ -352,11 +372,14 @@ impl ShuffleServerCore {
         shuffle: i32,
         partition: i32,
     ) -> Result<PartitionIndex> {
+        let mut request = Request::start(Protocol::Uniffle, "get_local_index");
         self.app(app)?;
-        Ok(self
+        let index = self
             .store
-            .read_index(&PartitionKey::new(app, shuffle, partition))
-            .await?)
+            .read_index(&PartitionKey::new(stored(app), shuffle, partition))
+            .await?;
+        request.ok();
+        Ok(index)
     }
 
     pub async fn local_data(
@@ -367,20 +390,24 @@ impl ShuffleServerCore {
         offset: i64,
         length: i32,
     ) -> Result<Bytes> {
+        let mut request = Request::start(Protocol::Uniffle, "get_local_data");
         self.app(app)?;
         if offset < 0 || length < 0 {
             return Err(UniffleError::InvalidRequest(format!(
                 "offset {offset} length {length}"
             )));
         }
-        Ok(self
+        let data = self
             .store
             .read_data(
-                &PartitionKey::new(app, shuffle, partition),
+                &PartitionKey::new(stored(app), shuffle, partition),
                 offset as u64,
                 length as u64,
             )
-            .await?)
+            .await?;
+        traffic::fetched(Protocol::Uniffle, data.len() as u64);
+        request.ok();
+        Ok(data)
     }
 
     /// Parses an expected-task filter; empty bytes mean no filter.
@@ -396,7 +423,14 @@ impl ShuffleServerCore {
 
 impl AppListener for ShuffleServerCore {
     fn app_removed(&self, event: &AppRemoved) {
-        tracing::debug!(app = %event.app, reason = event.reason.as_str(), "uniffle: forgetting application");
-        self.forget_app(&event.app);
+        let Some(app) = unscoped_app(NAMESPACE, &event.app) else {
+            return;
+        };
+        tracing::debug!(
+            app,
+            reason = event.reason.as_str(),
+            "uniffle: forgetting application"
+        );
+        self.forget_app(app);
     }
 }

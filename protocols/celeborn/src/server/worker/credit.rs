@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use switchyard_frame::traffic::{self, Protocol};
 use switchyard_storage::{Chunk, PartitionKey, SelectedView, Store};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -233,8 +234,7 @@ async fn send_batch(stream: &CreditStream, records: Vec<Bytes>, replier: &Replie
             Err(_) => return false,
         }
         stream.touch();
-        metrics::counter!("switchyard_celeborn_credit_read_bytes_total")
-            .increment(body.len() as u64);
+        traffic::fetched(Protocol::Flink, body.len() as u64);
         if !replier
             .send(Message::ReadData {
                 stream_id: stream.id,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use switchyard_frame::traffic::{self, Protocol, Request};
 
 use super::credit::{self, CreditStream, CREDIT_BATCH_BYTES};
 use super::state::{parse_unique_id, split_shuffle_key, Location, WorkerState};
@@ -164,7 +165,7 @@ impl FetchPort {
             .rsplit_once('-')
             .ok_or_else(|| bad_file(file_name))?;
         let (id, epoch) = parse_unique_id(uid).ok_or_else(|| bad_file(file_name))?;
-        let key = switchyard_storage::PartitionKey::new(app, shuffle, id)
+        let key = switchyard_storage::PartitionKey::new(super::state::stored_app(app), shuffle, id)
             .with_epoch(epoch)
             .with_replica(mode == "1");
         // Celeborn's rule: a bounded, ordered range reads only those maps, in
@@ -209,6 +210,7 @@ impl FetchPort {
     /// before the chunk is read and given back once it is written, so a client that
     /// fetches without reading its socket stops getting chunks read for it.
     async fn chunk(&self, slice: StreamChunkSlice, replier: &Replier) {
+        let mut request = Request::start(Protocol::Celeborn, "fetch_chunk");
         let mut reserved = None;
         let result = async {
             let stream = self
@@ -236,7 +238,11 @@ impl FetchPort {
         }
         .await;
         let reply = match result {
-            Ok(body) => Message::ChunkFetchSuccess { slice, body },
+            Ok(body) => {
+                traffic::fetched(Protocol::Celeborn, body.len() as u64);
+                request.ok();
+                Message::ChunkFetchSuccess { slice, body }
+            }
             Err(CelebornError::Closed) => return,
             Err(e) => {
                 e.count("fetch");

@@ -13,4 +13,4 @@ mod state;
 pub use fetch::FetchPort;
 pub use push::PushPort;
 pub use rpc::WorkerEndpoint;
-pub use state::{WorkerAddr, WorkerState};
+pub use state::{stored_app, WorkerAddr, WorkerState, NAMESPACE};

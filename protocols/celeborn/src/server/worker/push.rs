@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use switchyard_frame::traffic::{self, Protocol, Request};
 use switchyard_storage::{Block, BlockMeta};
 
 use super::state::{Location, ShuffleState, WorkerState};
@@ -212,7 +213,8 @@ impl PushPort {
     /// Appends one Spark batch, waiting while memory is full.
     async fn append(&self, loc: &Location, batch: Bytes) -> Result<(), CelebornError> {
         let (map_id, batch_id) = header(&batch).ok_or(CelebornError::BadBatch("header"))?;
-        self.append_block(loc, batch, map_id as i64, batch_id).await
+        self.append_block(loc, batch, map_id as i64, batch_id, Protocol::Celeborn)
+            .await
     }
 
     /// Appends one block, waiting while memory is full.
@@ -222,6 +224,7 @@ impl PushPort {
         batch: Bytes,
         map_id: i64,
         batch_id: i32,
+        protocol: Protocol,
     ) -> Result<(), CelebornError> {
         let len = batch.len() as u64;
         let block = Block {
@@ -242,6 +245,7 @@ impl PushPort {
         {
             Ok(()) => {
                 loc.bytes.fetch_add(len, Ordering::Relaxed);
+                traffic::pushed(protocol, len);
                 Ok(())
             }
             // Sealed: HARD_SPLIT; its application expired or was lost: the
@@ -284,11 +288,13 @@ impl Handler<Message> for PushPort {
                 let replica = p.mode == Mode::Replica;
                 let shuffle = self.state.shuffle(&p.shuffle_key);
                 if let Some(map_shuffle) = shuffle.as_ref().filter(|s| s.is_map()) {
+                    let request = Request::start(Protocol::Flink, "push_data");
                     let request_id = p.request_id;
                     let reply = self.push_map(map_shuffle, p).await.map(|()| Vec::new());
-                    self.send_map(&replier, request_id, reply).await;
+                    self.send_map(&replier, request_id, reply, request).await;
                     return;
                 }
+                let request = Request::start(Protocol::Celeborn, "push_data");
                 let verdict = judge(
                     &p.shuffle_key,
                     shuffle.as_ref(),
@@ -306,9 +312,11 @@ impl Handler<Message> for PushPort {
                     Verdict::Reply(code) => Ok(vec![code.value()]),
                     Verdict::Fail(e) => Err(e),
                 };
-                self.send(&replier, p.request_id, reply).await;
+                self.send(&replier, p.request_id, reply, request).await;
             }
             Message::PushMergedData(p) => {
+                // A malformed push returns before a reply marks it ok: an error.
+                let request = Request::start(Protocol::Celeborn, "push_merged_data");
                 let replica = p.mode == Mode::Replica;
                 let batches = match p.batches() {
                     Ok(b) if b.len() == p.partition_unique_ids.len() => b,
@@ -371,7 +379,7 @@ impl Handler<Message> for PushPort {
                     }
                     result
                 };
-                self.send(&replier, p.request_id, reply).await;
+                self.send(&replier, p.request_id, reply, request).await;
             }
             Message::RpcRequest { request_id, body } => {
                 let reply = match DataPlaneBody::decode(body) {
@@ -380,7 +388,8 @@ impl Handler<Message> for PushPort {
                     Err(e) => Err(CelebornError::Undecodable(e.to_string())),
                 }
                 .and_then(|r| self.map_control(r));
-                self.send_map(&replier, request_id, reply).await;
+                let request = Request::start(Protocol::Flink, "push_control");
+                self.send_map(&replier, request_id, reply, request).await;
             }
             other => {
                 tracing::warn!(port = self.port, kind = ?other.message_type(), "unexpected frame on the push port");
@@ -518,8 +527,14 @@ impl PushPort {
                     replica,
                     source,
                 })?;
-        self.append_block(&loc, p.body, header.sub_partition as i64, header.batch)
-            .await
+        self.append_block(
+            &loc,
+            p.body,
+            header.sub_partition as i64,
+            header.batch,
+            Protocol::Flink,
+        )
+        .await
     }
 
     /// The reply to a map-partition request or record: failures carry their
@@ -530,8 +545,10 @@ impl PushPort {
         replier: &Replier,
         request_id: i64,
         reply: Result<Vec<u8>, CelebornError>,
+        request: Request,
     ) {
-        self.reply(replier, request_id, reply, Failure::Text).await
+        self.reply(replier, request_id, reply, Failure::Text, request)
+            .await
     }
 
     /// The reply to a Spark push: a failure is the bare status name, which
@@ -541,8 +558,9 @@ impl PushPort {
         replier: &Replier,
         request_id: i64,
         reply: Result<Vec<u8>, CelebornError>,
+        request: Request,
     ) {
-        self.reply(replier, request_id, reply, Failure::StatusName)
+        self.reply(replier, request_id, reply, Failure::StatusName, request)
             .await
     }
 
@@ -552,7 +570,13 @@ impl PushPort {
         request_id: i64,
         reply: Result<Vec<u8>, CelebornError>,
         failure: Failure,
+        mut request: Request,
     ) {
+        // Split and map-ended replies are answers the client acts on, not
+        // failures; they count as ok.
+        if reply.is_ok() {
+            request.ok();
+        }
         let frame = match reply {
             Ok(body) => Message::RpcResponse {
                 request_id,

@@ -144,7 +144,7 @@ impl WorkerEndpoint {
         if let Err(e) = self
             .state
             .store
-            .check_shuffle_alive(&r.application_id, r.shuffle_id)
+            .check_shuffle_alive(&super::state::stored_app(&r.application_id), r.shuffle_id)
         {
             return fail(
                 StatusCode::ReserveSlotsFailed,

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
-use switchyard_storage::{AppListener, AppRemoved, PartitionKey, PartitionView, Store};
+use switchyard_storage::{
+    scoped_app, unscoped_app, AppId, AppListener, AppRemoved, PartitionKey, PartitionView, Store,
+};
 
 use super::credit::CreditStream;
 use super::map_partition::MapPartition;
@@ -34,6 +36,14 @@ impl WorkerAddr {
             self.host, self.rpc_port, self.push_port, self.fetch_port, self.replicate_port
         )
     }
+}
+
+/// Celeborn's applications in the store, apart from every other front end's.
+pub const NAMESPACE: &str = "celeborn";
+
+/// The store's id of a Celeborn application.
+pub fn stored_app(app: &str) -> AppId {
+    scoped_app(NAMESPACE, app)
 }
 
 /// Splits a shuffle key `"<appUniqueId>-<shuffleId>"` on its last `-`.
@@ -101,7 +111,7 @@ impl ShuffleState {
             .entry((uid, replica))
             .or_insert_with(|| {
                 Arc::new(Location {
-                    key: PartitionKey::new(self.app.as_str(), self.shuffle_id, id)
+                    key: PartitionKey::new(stored_app(&self.app), self.shuffle_id, id)
                         .with_epoch(epoch)
                         .with_replica(replica),
                     bytes: AtomicU64::new(0),
@@ -189,7 +199,8 @@ impl WorkerState {
     /// Registers (or refreshes) an application in the store with Celeborn's
     /// application lease.
     pub(crate) fn register_app(&self, app: &str) {
-        self.store.register_app_leased(app, self.config.app_timeout);
+        self.store
+            .register_app_leased(&stored_app(app), self.config.app_timeout);
     }
 
     pub(crate) fn shuffle(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
@@ -286,10 +297,11 @@ impl WorkerState {
     /// Forgets a shuffle and removes its data.
     pub async fn remove_shuffle(&self, app: &str, shuffle_id: i32) {
         self.shuffles.remove(&format!("{app}-{shuffle_id}"));
+        let stored = stored_app(app);
         self.streams
-            .retain(|_, v| !(&*v.view.key().app == app && v.view.key().shuffle == shuffle_id));
-        self.drop_credit_streams(|s| &*s.key.app == app && s.key.shuffle == shuffle_id);
-        if let Err(e) = self.store.remove_shuffle(app, shuffle_id).await {
+            .retain(|_, v| !(v.view.key().app == stored && v.view.key().shuffle == shuffle_id));
+        self.drop_credit_streams(|s| s.key.app == stored && s.key.shuffle == shuffle_id);
+        if let Err(e) = self.store.remove_shuffle(&stored, shuffle_id).await {
             tracing::warn!(app, shuffle_id, error = %e, "removing a shuffle failed");
         }
     }
@@ -298,7 +310,7 @@ impl WorkerState {
     pub async fn remove_app(&self, app: &str) {
         // The store tells us too, but only of applications it holds.
         self.forget_app(app);
-        if let Err(e) = self.store.remove_app(app).await {
+        if let Err(e) = self.store.remove_app(&stored_app(app)).await {
             tracing::warn!(app, error = %e, "removing an application failed");
         }
     }
@@ -307,8 +319,9 @@ impl WorkerState {
     /// get PUSH_DATA_FAIL_PARTITION_NOT_FOUND, commits SHUFFLE_UNREGISTERED.
     fn forget_app(&self, app: &str) {
         self.shuffles.retain(|_, s| s.app != app);
-        self.streams.retain(|_, v| &*v.view.key().app != app);
-        self.drop_credit_streams(|s| &*s.key.app == app);
+        let stored = stored_app(app);
+        self.streams.retain(|_, v| v.view.key().app != stored);
+        self.drop_credit_streams(|s| s.key.app == stored);
         self.split_info_apps.remove(app);
         self.publish_stream_gauges();
     }
@@ -316,8 +329,15 @@ impl WorkerState {
 
 impl AppListener for WorkerState {
     fn app_removed(&self, event: &AppRemoved) {
-        tracing::debug!(app = %event.app, reason = event.reason.as_str(), "celeborn: forgetting application");
-        self.forget_app(&event.app);
+        let Some(app) = unscoped_app(NAMESPACE, &event.app) else {
+            return;
+        };
+        tracing::debug!(
+            app,
+            reason = event.reason.as_str(),
+            "celeborn: forgetting application"
+        );
+        self.forget_app(app);
     }
 }
 

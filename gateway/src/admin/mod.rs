@@ -1,4 +1,8 @@
-//! Admin HTTP: health, readiness, Prometheus metrics and a JSON status page.
+//! Admin HTTP: health, readiness, Prometheus metrics, the JSON status and
+//! throughput history, and the web status page built on them.
+
+mod page;
+pub mod throughput;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +16,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use switchyard_storage::{Store, StoreStatus};
 
+use self::throughput::ThroughputHistory;
 use crate::node::NodeStatus;
 use crate::telemetry;
 
@@ -23,6 +28,7 @@ pub struct AdminState {
     pub metrics: PrometheusHandle,
     pub started: Instant,
     pub node: Arc<NodeStatus>,
+    pub throughput: Arc<ThroughputHistory>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -31,6 +37,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
         .route("/api/v1/status", get(status))
+        .route("/api/v1/throughput", get(throughput))
+        .merge(page::routes())
         .with_state(state)
 }
 
@@ -80,4 +88,8 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
         storage: state.store.status(),
     })
     .into_response()
+}
+
+async fn throughput(State(state): State<AdminState>) -> Json<throughput::History> {
+    Json(state.throughput.history())
 }

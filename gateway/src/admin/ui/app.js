@@ -1,0 +1,156 @@
+// Switchyard's status page: polls this node's /api/v1/status and
+// /api/v1/throughput and draws them. No libraries, nothing from elsewhere.
+"use strict";
+
+const POLL_MS = 2000;
+const COLORS = { uniffle: "#3b6fd6", celeborn: "#d6813b", flink: "#2e9e6a" };
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const c of children) e.append(c instanceof Node ? c : String(c));
+  return e;
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + units[i];
+}
+
+function duration(seconds) {
+  const d = Math.floor(seconds / 86400), h = Math.floor(seconds / 3600) % 24;
+  const m = Math.floor(seconds / 60) % 60, s = Math.floor(seconds % 60);
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${s}s`;
+  return `${s}s`;
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function cell(text, cls) {
+  return el("td", cls ? { class: cls } : {}, text);
+}
+
+// The store names each application "<protocol>/<the client's id>".
+function splitApp(id) {
+  const slash = id.indexOf("/");
+  return slash < 0 ? ["", id] : [id.slice(0, slash), id.slice(slash + 1)];
+}
+
+function renderStatus(s) {
+  const node = s.node, st = s.storage;
+  document.getElementById("node-id").textContent = `node ${node.id}`;
+  const ready = document.getElementById("ready");
+  ready.textContent = st.ready ? "ready" : "not ready";
+  ready.className = "badge " + (st.ready ? "ok" : "bad");
+
+  const uniffle = node.uniffle ? `coordinator ${node.uniffle.coordinator}, server ${node.uniffle.server_grpc}` : "off";
+  const celeborn = node.celeborn ? `master ${node.celeborn.master}, worker ${node.celeborn.worker_id}` : "off";
+  fill(document.querySelector("#nodes tbody"), [
+    el("tr", { "data-node": node.id },
+      cell(node.id), cell(s.version), cell(duration(s.uptime_seconds)),
+      cell(uniffle), cell(celeborn), cell(node.admin)),
+  ]);
+
+  const m = st.memory;
+  const used = m.capacity ? m.used / m.capacity : 0;
+  document.getElementById("memory-bar").style.width = (100 * Math.min(used, 1)).toFixed(1) + "%";
+  document.getElementById("memory-text").textContent =
+    `${bytes(m.used)} of ${bytes(m.capacity)} used (${bytes(m.reserved)} reserved, ${bytes(m.flushing)} flushing)`;
+
+  fill(document.querySelector("#tiers tbody"), ["memory", "disk", "cold"].map(
+    (t) => el("tr", {}, cell(t), cell(bytes(st.tiers[t]), "num"))));
+
+  fill(document.querySelector("#disks tbody"), st.disks.map((d) =>
+    el("tr", {},
+      cell(d.dir), cell(d.health, "health-" + d.health),
+      cell((100 * d.used_ratio).toFixed(0) + "%", "num"),
+      cell(bytes(d.available_bytes), "num"), cell(bytes(d.stored_bytes), "num"))));
+  document.getElementById("cold").textContent = st.cold
+    ? `cold tier: ${st.cold.service}, ${bytes(st.cold.stored_bytes)} stored, ${st.cold.healthy ? "healthy" : "failing"}`
+    : "no cold tier";
+
+  const apps = st.applications.slice().sort((a, b) => a.id.localeCompare(b.id));
+  const rows = apps.map((a) => {
+    const [protocol, id] = splitApp(a.id);
+    return el("tr", { "data-app": id, "data-protocol": protocol },
+      cell(protocol), cell(id), cell(a.shuffles, "num"), cell(a.partitions, "num"),
+      cell(bytes(a.bytes.memory), "num"), cell(bytes(a.bytes.disk), "num"),
+      cell(bytes(a.bytes.cold), "num"), cell(duration(a.idle_ms / 1000), "num"));
+  });
+  if (rows.length === 0) {
+    rows.push(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no applications")));
+  }
+  fill(document.querySelector("#apps tbody"), rows);
+}
+
+function renderThroughput(h) {
+  const svg = document.getElementById("throughput");
+  const ns = "http://www.w3.org/2000/svg";
+  const W = 800, H = 200, samples = h.samples;
+  const series = [];
+  for (const protocol of Object.keys(COLORS)) {
+    for (const dir of ["pushed", "fetched"]) {
+      series.push({ protocol, dir, values: samples.map((s) => (s.protocols[protocol] || {})[dir + "_bytes_per_second"] || 0) });
+    }
+  }
+  const max = Math.max(1, ...series.flatMap((s) => s.values));
+  // A fixed 10-minute axis, newest sample at the right edge.
+  const slots = Math.max(600 / (h.interval_seconds || 5) - 1, samples.length - 1, 1);
+  const x = (i) => W - (samples.length - 1 - i) * W / slots;
+  const shapes = [];
+  const axis = document.createElementNS(ns, "text");
+  axis.setAttribute("x", "6");
+  axis.setAttribute("y", "14");
+  axis.setAttribute("font-size", "12");
+  axis.setAttribute("fill", "#6b7385");
+  axis.textContent = `max ${bytes(max)}/s`;
+  shapes.push(axis);
+  for (const s of series) {
+    if (s.values.length < 2) continue;
+    const line = document.createElementNS(ns, "polyline");
+    const points = s.values.map((v, i) => `${x(i).toFixed(1)},${(H - 4 - v / max * (H - 24)).toFixed(1)}`);
+    line.setAttribute("points", points.join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", COLORS[s.protocol]);
+    line.setAttribute("stroke-width", "2");
+    if (s.dir === "fetched") line.setAttribute("stroke-dasharray", "6 4");
+    line.setAttribute("data-series", `${s.protocol}-${s.dir}`);
+    shapes.push(line);
+  }
+  svg.replaceChildren(...shapes);
+  const last = samples.length ? samples[samples.length - 1].protocols : {};
+  document.getElementById("legend").replaceChildren(...Object.entries(COLORS).map(([p, c]) => {
+    const r = last[p] || { pushed_bytes_per_second: 0, fetched_bytes_per_second: 0 };
+    const swatch = el("i");
+    swatch.style.background = c;
+    return el("span", {}, swatch,
+      `${p}: push ${bytes(r.pushed_bytes_per_second)}/s, fetch ${bytes(r.fetched_bytes_per_second)}/s`);
+  }), el("span", { class: "muted" }, "solid: pushed, dashed: fetched"));
+}
+
+async function poll() {
+  const error = document.getElementById("error");
+  try {
+    const [status, throughput] = await Promise.all([
+      fetch("/api/v1/status").then((r) => { if (!r.ok) throw new Error(`status: HTTP ${r.status}`); return r.json(); }),
+      fetch("/api/v1/throughput").then((r) => { if (!r.ok) throw new Error(`throughput: HTTP ${r.status}`); return r.json(); }),
+    ]);
+    renderStatus(status);
+    renderThroughput(throughput);
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    error.hidden = true;
+    document.body.dataset.loaded = "true";
+  } catch (e) {
+    error.textContent = `cannot reach this node's admin API: ${e.message}`;
+    error.hidden = false;
+  }
+}
+
+poll();
+setInterval(poll, POLL_MS);

@@ -1,0 +1,393 @@
+//! A real Prometheus scrapes a running `switchyard serve` while both
+//! protocols' clients (and Flink's) push and read through it. Asserted
+//! through Prometheus' own HTTP API: the traffic counters rose by exactly
+//! what the workload sent, and every PromQL expression of the Grafana
+//! dashboard (`deploy/grafana/switchyard.json`) is valid and names only
+//! metrics that exist.
+//!
+//! Prometheus: `$SWITCHYARD_PROMETHEUS` (which must exist), else
+//! `prometheus` on PATH (Debian's package; `.ci/install-prometheus`).
+//! Without it the test prints SKIPPED and passes; `.ci/test` installs it and
+//! runs this test in a step of its own (the workspace run sets
+//! SWITCHYARD_SKIP_PROMETHEUS=1).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, ClusterOptions, Node};
+use common::http_get;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+fn find_prometheus() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SWITCHYARD_PROMETHEUS").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "SWITCHYARD_PROMETHEUS={} is not a file",
+            p.display()
+        );
+        return Some(p);
+    }
+    Command::new("prometheus")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| PathBuf::from("prometheus"))
+}
+
+/// Prometheus on a free loopback port, scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(bin: &Path, target: SocketAddr) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: switchyard\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        let p = Prometheus {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http_get(addr, "/-/ready").is_ok_and(|(code, _)| code == 200) {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready in 60 s:\n{}",
+                p.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    fn api(&self, path: &str) -> Value {
+        let (code, body) = http_get(self.addr, path).unwrap();
+        let v: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e} in {body:?}"));
+        assert_eq!(code, 200, "{path}: {body}");
+        assert_eq!(v["status"], "success", "{path}: {body}");
+        v["data"].clone()
+    }
+
+    /// An instant query's vector: (labels, value) per series.
+    fn query(&self, promql: &str) -> Vec<(Value, f64)> {
+        let data = self.api(&format!("/api/v1/query?query={}", encode(promql)));
+        data["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| {
+                let v = r["value"][1].as_str().unwrap().parse().unwrap();
+                (r["metric"].clone(), v)
+            })
+            .collect()
+    }
+
+    /// Value of `sum by (protocol) (metric)` for one protocol (0 if absent).
+    fn by_protocol(&self, metric: &str, protocol: &str) -> f64 {
+        self.query(&format!("sum by (protocol) ({metric})"))
+            .into_iter()
+            .find(|(m, _)| m["protocol"] == protocol)
+            .map_or(0.0, |(_, v)| v)
+    }
+
+    /// Waits until Prometheus has scraped everything the node has now: two
+    /// scrapes after this call.
+    fn settle(&self) {
+        let first = self.scrapes();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.scrapes() < first + 2.0 {
+            assert!(Instant::now() < deadline, "no scrapes:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn scrapes(&self) -> f64 {
+        self.query("sum(count_over_time(up{job=\"switchyard\"}[10m]))")
+            .first()
+            .map_or(0.0, |(_, v)| *v)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Percent-encodes a query parameter.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn bench(args: &[&str]) {
+    let mut cmd = Command::new(BIN);
+    common::clear_switchyard_env(&mut cmd);
+    let out = cmd.arg("bench").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "switchyard bench {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Requests that fail, one per protocol: counted as errors by status.
+fn provoke_errors(node: &Node) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use switchyard_uniffle::client::{ClientBlock, Coordinator, ShuffleServer, Transport};
+        let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
+            .await
+            .unwrap();
+        let assigned = coordinator
+            .assignments("no-such-app", 0, 4, Transport::Grpc)
+            .await
+            .unwrap();
+        let mut server = ShuffleServer::connect(&assigned[0].server[0], Transport::Grpc)
+            .await
+            .unwrap();
+        let block = ClientBlock::new(1, 0, bytes::Bytes::from_static(b"nobody's"));
+        assert!(server
+            .send("no-such-app", 0, vec![(0, vec![block])])
+            .await
+            .is_err());
+        let fetch = switchyard_celeborn::client::Connection::connect(node.addr(9102))
+            .await
+            .unwrap();
+        let open = switchyard_celeborn::TransportMessage::new(
+            switchyard_celeborn::proto::MessageType::OpenStream,
+            &switchyard_celeborn::proto::PbOpenStream {
+                shuffle_key: "no-such-app-0".into(),
+                file_name: "0-0-0".into(),
+                start_index: 0,
+                end_index: i32::MAX,
+                ..Default::default()
+            },
+        );
+        assert!(fetch.data_rpc(&open).await.is_err());
+    });
+}
+
+/// Every `switchyard_*` name in a PromQL expression.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("switchyard_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
+    if std::env::var("SWITCHYARD_SKIP_PROMETHEUS").is_ok_and(|v| v == "1") {
+        eprintln!(
+            "SKIPPED: SWITCHYARD_SKIP_PROMETHEUS=1 (.ci/test runs this test in a step of its own)"
+        );
+        return;
+    }
+    let Some(prometheus_bin) = find_prometheus() else {
+        eprintln!("SKIPPED: no prometheus (apt-get install prometheus, or .ci/install-prometheus)");
+        return;
+    };
+    let cold = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            memory: "32MiB".into(),
+            extra_toml: format!(
+                "[storage.cold]\nservice = \"fs\"\nroot = \"{}\"\nhuge_partition_threshold = \"512KiB\"\n",
+                cold.path().display()
+            ),
+            ..ClusterOptions::default()
+        },
+    );
+    let node = cluster.node(1);
+    let prometheus = Prometheus::start(&prometheus_bin, node.admin());
+    prometheus.settle();
+    let up = prometheus.query("up{job=\"switchyard\"}");
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert_eq!(up[0].1, 1.0, "the node is scraped: {up:?}");
+    // Every series carries the node id (the fixture's nodes have generated ids).
+    let info = prometheus.query("switchyard_build_info");
+    assert_eq!(info.len(), 1, "{info:?}");
+    let node_id = node.status()["node"]["id"].as_str().unwrap().to_string();
+    assert_eq!(info[0].0["node"], node_id.as_str(), "{info:?}");
+
+    // The workload: 4x the budget from 16 clients of both protocols at once
+    // (memory waits, spills, partitions past the huge threshold going
+    // cold), then Flink's map partitions and credit reads.
+    let (master, coordinator, admin) = (
+        node.celeborn_master().to_string(),
+        node.uniffle_coordinator().to_string(),
+        node.admin().to_string(),
+    );
+    bench(&[
+        "overload",
+        "--admin",
+        &admin,
+        "--celeborn-master",
+        &master,
+        "--uniffle-coordinator",
+        &coordinator,
+        "--clients",
+        "16",
+        "--times-budget",
+        "4",
+    ]);
+    bench(&[
+        "flink",
+        "--master",
+        &master,
+        "--size",
+        "4MiB",
+        "--mappers",
+        "2",
+        "--sub-partitions",
+        "4",
+        "--regions",
+        "2",
+    ]);
+    provoke_errors(node);
+    prometheus.settle();
+
+    // What the overload bench sent: 4 x 32 MiB, half per protocol; Celeborn
+    // batches of 64 KiB behind a 16-byte header each, Uniffle blocks of
+    // 256 KiB.
+    let per_protocol = (4 * (32u64 << 20) / 2) as f64;
+    let celeborn_batches = per_protocol / 65536.0;
+    let celeborn_wire = per_protocol + 16.0 * celeborn_batches;
+    let pushed = |p| prometheus.by_protocol("switchyard_pushed_bytes_total", p);
+    let fetched = |p| prometheus.by_protocol("switchyard_fetched_bytes_total", p);
+    assert_eq!(pushed("celeborn"), celeborn_wire, "celeborn pushed");
+    assert_eq!(fetched("celeborn"), celeborn_wire, "celeborn fetched");
+    assert_eq!(pushed("uniffle"), per_protocol, "uniffle pushed");
+    // A Uniffle reader may read a block from memory and again from disk
+    // (the client drops the second copy): at least everything, not 3x.
+    let u = fetched("uniffle");
+    assert!(
+        u >= per_protocol && u < 3.0 * per_protocol,
+        "uniffle fetched {u} of {per_protocol}"
+    );
+    // Flink: 4 MiB of records in; every sub-partition read back once.
+    let (fp, ff) = (pushed("flink"), fetched("flink"));
+    assert!(fp >= (4u64 << 20) as f64, "flink pushed {fp}");
+    assert_eq!(ff, fp, "flink fetched what it pushed");
+    let requests = |sel: &str| {
+        prometheus
+            .query(&format!("sum(switchyard_requests_total{{{sel}}})"))
+            .first()
+            .map_or(0.0, |(_, v)| *v)
+    };
+    assert_eq!(
+        requests("protocol=\"celeborn\",op=\"push_data\",outcome=\"ok\""),
+        celeborn_batches,
+        "one PushData per batch"
+    );
+    // The unknown application's requireBuffer, refused.
+    assert!(requests("protocol=\"uniffle\",op=\"require_buffer\",outcome=\"error\"") >= 1.0);
+    assert!(
+        prometheus
+            .query("sum(switchyard_celeborn_errors_total{port=\"fetch\"})")
+            .first()
+            .map_or(0.0, |(_, v)| *v)
+            >= 1.0
+    );
+
+    // The dashboard: every expression runs, every metric it names exists.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/switchyard.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let mut names = BTreeSet::new();
+    let mut exprs = 0;
+    for panel in panels {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            // Grafana's variables, as Grafana fills them in.
+            let promql = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$node", ".*");
+            let data = prometheus.api(&format!("/api/v1/query?query={}", encode(&promql)));
+            assert_eq!(data["resultType"], "vector", "{promql}");
+            names.extend(metric_names(expr));
+            exprs += 1;
+        }
+    }
+    let mut missing = Vec::new();
+    for name in &names {
+        let series = prometheus.api(&format!(
+            "/api/v1/series?match[]={}",
+            encode(&format!("{{__name__=\"{name}\"}}"))
+        ));
+        if series.as_array().is_none_or(|s| s.is_empty()) {
+            missing.push(name.clone());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the dashboard names metrics Prometheus never saw: {missing:?}"
+    );
+    eprintln!(
+        "dashboard: {exprs} expressions over {} metrics checked",
+        names.len()
+    );
+}

@@ -1,0 +1,309 @@
+//! The web status page at `/`, in a real browser: Debian's Chromium,
+//! headless, driven through WebDriver (chromedriver). A running node holds
+//! a live Uniffle application and has served traffic; the page must render
+//! that application's row (with its protocol), the node, the throughput
+//! chart's lines, and log no console errors.
+//!
+//! Browser: `$SWITCHYARD_CHROMEDRIVER` and `$SWITCHYARD_CHROMIUM` (which
+//! must exist), else `chromedriver` and `chromium` on PATH (Debian's
+//! chromium-driver and chromium; `.ci/install-chromium`). Without them the
+//! test prints SKIPPED and passes; `.ci/test` installs them and runs this
+//! test in a step of its own (the workspace run sets
+//! SWITCHYARD_SKIP_BROWSER=1). `SWITCHYARD_SCREENSHOT=PATH` saves the
+//! page as a PNG there (docs/status-page.png is one).
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, ClusterOptions, Node};
+use common::http_request;
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+fn tool(env: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "{env}={} is not a file", p.display());
+        return Some(p);
+    }
+    Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| PathBuf::from(name))
+}
+
+/// chromedriver on a free loopback port, and one headless session.
+struct Browser {
+    driver: Child,
+    addr: SocketAddr,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start(chromedriver: &PathBuf, chromium: &PathBuf) -> Browser {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={}", addr.port()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !http_request(addr, "GET", "/status", None).is_ok_and(|(c, _)| c == 200) {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let chromium = std::fs::canonicalize(chromium)
+            .ok()
+            .or_else(|| which(chromium))
+            .unwrap_or_else(|| chromium.clone());
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,1100",
+                         format!("--user-data-dir={}", profile.path().display())],
+            },
+            "goog:loggingPrefs": {"browser": "ALL"},
+        }}});
+        let mut b = Browser {
+            driver,
+            addr,
+            session: String::new(),
+            _profile: profile,
+        };
+        let v = b.call("POST", "/session", Some(caps));
+        b.session = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {v}"))
+            .to_string();
+        b
+    }
+
+    /// A WebDriver command; its `value`.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let body = body.map(|b| b.to_string());
+        let (code, text) = http_request(self.addr, method, path, body.as_deref())
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(code, 200, "{method} {path}: {text}");
+        v["value"].clone()
+    }
+
+    fn session(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    /// Runs a script in the page; its return value.
+    fn script(&self, js: &str) -> Value {
+        self.session(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": js, "args": []})),
+        )
+    }
+
+    fn wait_for(&self, what: &str, js: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = self.script(js);
+            if !v.is_null() && v != json!(false) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "page never showed {what}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let path = format!("/session/{}", self.session);
+            let _ = http_request(self.addr, "DELETE", &path, None);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn which(name: &PathBuf) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Decodes standard base64 (WebDriver's screenshots).
+fn base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let digits: Vec<u8> = text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+        .collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for group in digits.chunks(4) {
+        let n = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | (u32::from(value(c)) << (18 - 6 * i)));
+        out.extend_from_slice(&n.to_be_bytes()[1..group.len()]);
+    }
+    out
+}
+
+/// A live Uniffle application with data on the node (not unregistered).
+fn live_uniffle_app(node: &Node, app: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use switchyard_uniffle::client::{ClientBlock, Coordinator, ShuffleServer, Transport};
+        let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
+            .await
+            .unwrap();
+        let assigned = coordinator
+            .assignments(app, 0, 4, Transport::Grpc)
+            .await
+            .unwrap();
+        let mut server = ShuffleServer::connect(&assigned[0].server[0], Transport::Grpc)
+            .await
+            .unwrap();
+        server.register_shuffle(app, 0, &[(0, 3)]).await.unwrap();
+        for p in 0..4 {
+            let data = bytes::Bytes::from(vec![p as u8; 64 << 10]);
+            let block = ClientBlock::new((p as i64) << 22, 0, data);
+            server.send(app, 0, vec![(p, vec![block])]).await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn status_page_renders_the_node_and_its_applications_in_chromium() {
+    if std::env::var("SWITCHYARD_SKIP_BROWSER").is_ok_and(|v| v == "1") {
+        eprintln!(
+            "SKIPPED: SWITCHYARD_SKIP_BROWSER=1 (.ci/test runs this test in a step of its own)"
+        );
+        return;
+    }
+    let (Some(chromedriver), Some(chromium)) = (
+        tool("SWITCHYARD_CHROMEDRIVER", "chromedriver"),
+        tool("SWITCHYARD_CHROMIUM", "chromium"),
+    ) else {
+        eprintln!("SKIPPED: no chromium and chromedriver (apt-get install chromium chromium-driver, or .ci/install-chromium)");
+        return;
+    };
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            memory: "64MiB".into(),
+            ..ClusterOptions::default()
+        },
+    );
+    let node = cluster.node(1);
+    // Traffic for the chart (the bench's own application ends with it), then
+    // an application that stays.
+    let mut cmd = Command::new(BIN);
+    common::clear_switchyard_env(&mut cmd);
+    let master = node.celeborn_master().to_string();
+    let out = cmd
+        .args(["bench", "celeborn", "--master", &master, "--size", "64MiB"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let app = "status-page-app-1";
+    live_uniffle_app(node, app);
+
+    let browser = Browser::start(&chromedriver, &chromium);
+    let url = format!("http://{}/", node.admin());
+    browser.session("POST", "/url", Some(json!({ "url": url })));
+    assert_eq!(browser.script("return document.title"), json!("Switchyard"));
+
+    // The application's row, with its protocol and partitions.
+    let row = browser.wait_for(
+        "the application's row",
+        &format!(
+            "const r = document.querySelector('tr[data-app=\"{app}\"]'); \
+             return r && Array.from(r.cells).map(c => c.textContent)"
+        ),
+    );
+    let cells: Vec<&str> = row
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(cells[0], "uniffle", "{cells:?}");
+    assert_eq!(cells[1], app, "{cells:?}");
+    assert_eq!(cells[2], "1", "one shuffle: {cells:?}");
+    assert_eq!(cells[3], "4", "four partitions: {cells:?}");
+    assert_eq!(cells[4], "256.0 KiB", "in memory: {cells:?}");
+
+    // The node and its disk.
+    let node_id = node.status()["node"]["id"].as_str().unwrap().to_string();
+    let shown = browser.wait_for(
+        "the node",
+        "const r = document.querySelector('#nodes tr[data-node]'); return r && r.dataset.node",
+    );
+    assert_eq!(shown, json!(node_id));
+    assert_eq!(
+        browser.script("return document.querySelectorAll('#disks tbody tr').length"),
+        json!(1)
+    );
+    assert_eq!(
+        browser.script("return document.getElementById('ready').textContent"),
+        json!("ready")
+    );
+
+    // The throughput chart: the sampler runs every 5 s; after the bench the
+    // Celeborn lines have risen above zero.
+    browser.wait_for(
+        "Celeborn throughput in the chart",
+        "const l = document.querySelector('polyline[data-series=\"celeborn-pushed\"]'); \
+         return l && l.getAttribute('points').split(' ').some(p => Number(p.split(',')[1]) < 190)",
+    );
+
+    if let Some(path) = std::env::var_os("SWITCHYARD_SCREENSHOT") {
+        let png = browser.session("GET", "/screenshot", None);
+        let png = base64(png.as_str().unwrap());
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::write(&path, png).unwrap();
+    }
+
+    // No console errors (a failed fetch, a CSP refusal, a script error).
+    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
+    let errors: Vec<&Value> = logs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}
