@@ -76,8 +76,13 @@ pub struct CheckConfigArgs {
 pub enum CtlCommand {
     /// The node's id, version, uptime, readiness, roles, memory and disks.
     Status(CtlArgs),
-    /// The applications the node's store holds.
+    /// The applications the node's store holds: protocol, client, bytes
+    /// written and read, partitions, bytes per tier, idle time.
     Apps(CtlArgs),
+    /// The migration report: per protocol and per application (live and
+    /// recently removed), which protocol and client moved how many bytes, and
+    /// the bytes per protocol per hour.
+    Migration(CtlArgs),
 }
 
 #[derive(Debug, Args)]
@@ -90,7 +95,8 @@ pub struct CtlArgs {
         default_value = "http://127.0.0.1:19990"
     )]
     pub admin: String,
-    /// Print the raw JSON of /api/v1/status instead of a table.
+    /// Print the node's raw JSON (/api/v1/status; /api/v1/migration for
+    /// `migration`) instead of tables.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,5 +1,6 @@
-//! `switchyard ctl status|apps`: ask a running node over its admin HTTP
-//! (`GET /api/v1/status`) and print a table, or the raw JSON with `--json`.
+//! `switchyard ctl status|apps|migration`: ask a running node over its admin
+//! HTTP (`GET /api/v1/status`, `/api/v1/migration`) and print tables, or the
+//! raw JSON with `--json`.
 //!
 //! The JSON is read as untyped `serde_json::Value`, so a field the node adds
 //! or this build does not know never breaks the table.
@@ -11,6 +12,7 @@ use anyhow::{bail, Context};
 use bytesize::ByteSize;
 use serde_json::Value;
 
+use crate::admin::migration::protocol_of;
 use crate::cli::{CtlArgs, CtlCommand};
 
 /// One request, connect included.
@@ -18,15 +20,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn run(command: CtlCommand) -> anyhow::Result<()> {
-    let (args, render): (CtlArgs, fn(&Value) -> String) = match command {
-        CtlCommand::Status(args) => (args, render_status),
-        CtlCommand::Apps(args) => (args, render_apps),
+    type Render = fn(&Value) -> String;
+    let (args, path, render): (CtlArgs, &str, Render) = match command {
+        CtlCommand::Status(args) => (args, "/api/v1/status", render_status),
+        CtlCommand::Apps(args) => (args, "/api/v1/status", render_apps),
+        CtlCommand::Migration(args) => (args, "/api/v1/migration", render_migration),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
-    let (url, body) = runtime.block_on(fetch_status(&args.admin))?;
+    let (url, body) = runtime.block_on(admin_get(&args.admin, path))?;
     if args.json {
         println!("{}", body.trim_end());
         return Ok(());
@@ -52,10 +56,6 @@ fn admin_url(admin: &str, path: &str) -> anyhow::Result<String> {
         format!("http://{admin}")
     };
     Ok(format!("{base}{path}"))
-}
-
-async fn fetch_status(admin: &str) -> anyhow::Result<(String, String)> {
-    admin_get(admin, "/api/v1/status").await
 }
 
 /// GET `path` on a node's admin HTTP: (the URL, the body), or an error that
@@ -305,8 +305,14 @@ pub fn render_apps(s: &Value) -> String {
         .iter()
         .map(|a| {
             let b = &a["bytes"];
+            let store_id = a["id"].as_str().unwrap_or_default();
+            let (protocol, id) = protocol_of(store_id, a["client"].as_str());
             vec![
-                text(&a["id"]),
+                protocol.to_string(),
+                id.to_string(),
+                a["client"].as_str().unwrap_or("-").to_string(),
+                bytes(&a["written_bytes"]),
+                bytes(&a["read_bytes"]),
                 text(&a["shuffles"]),
                 text(&a["partitions"]),
                 bytes(&b["memory"]),
@@ -320,7 +326,11 @@ pub fn render_apps(s: &Value) -> String {
         .collect();
     table(
         &[
+            "PROTOCOL",
             "APPLICATION",
+            "CLIENT",
+            "WRITTEN",
+            "READ",
             "SHUFFLES",
             "PARTITIONS",
             "MEMORY",
@@ -332,9 +342,153 @@ pub fn render_apps(s: &Value) -> String {
     )
 }
 
+/// Unix milliseconds as `YYYY-MM-DD HH:MM` UTC.
+fn utc(ms: &Value) -> String {
+    let Some(ms) = ms.as_u64() else {
+        return text(ms);
+    };
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60
+    )
+}
+
+pub fn render_migration(m: &Value) -> String {
+    let mut out = String::new();
+    let protocols = m["protocols"].as_object().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = protocols
+        .iter()
+        .map(|(p, s)| {
+            vec![
+                p.clone(),
+                text(&s["applications"]),
+                text(&s["live"]),
+                bytes(&s["written_bytes"]),
+                bytes(&s["read_bytes"]),
+            ]
+        })
+        .collect();
+    let retention = m["retention_seconds"]
+        .as_u64()
+        .map_or("-".into(), duration_secs);
+    let _ = writeln!(
+        out,
+        "per protocol (live applications and those removed in the last {retention}):"
+    );
+    out.push_str(&table(
+        &["PROTOCOL", "APPLICATIONS", "LIVE", "WRITTEN", "READ"],
+        &rows,
+    ));
+    let hours = m["hours"]
+        .as_array()
+        .map(|h| h.as_slice())
+        .unwrap_or_default();
+    let names: Vec<String> = protocols.keys().cloned().collect();
+    let mut header = vec!["HOUR (UTC)".to_string()];
+    for p in &names {
+        header.push(format!("{} PUSHED", p.to_uppercase()));
+        header.push(format!("{} FETCHED", p.to_uppercase()));
+    }
+    let rows: Vec<Vec<String>> = hours
+        .iter()
+        .map(|h| {
+            let mut row = vec![utc(&h["start_unix_ms"])];
+            for p in &names {
+                row.push(bytes(&h["protocols"][p]["pushed_bytes"]));
+                row.push(bytes(&h["protocols"][p]["fetched_bytes"]));
+            }
+            row
+        })
+        .collect();
+    let _ = writeln!(out, "\nbytes per hour:");
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    out.push_str(&table(&header, &rows));
+    let apps = m["applications"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default();
+    let rows: Vec<Vec<String>> = apps
+        .iter()
+        .map(|a| {
+            let removed = &a["removed"];
+            vec![
+                text(&a["protocol"]),
+                text(&a["id"]),
+                a["client"].as_str().unwrap_or("-").to_string(),
+                bytes(&a["written_bytes"]),
+                bytes(&a["read_bytes"]),
+                utc(&a["registered_unix_ms"]),
+                if removed.is_null() {
+                    "live".into()
+                } else {
+                    format!("{} {}", text(&removed["reason"]), utc(&removed["unix_ms"]))
+                },
+            ]
+        })
+        .collect();
+    let _ = writeln!(out, "\napplications:");
+    out.push_str(&table(
+        &[
+            "PROTOCOL",
+            "APPLICATION",
+            "CLIENT",
+            "WRITTEN",
+            "READ",
+            "REGISTERED (UTC)",
+            "STATE",
+        ],
+        &rows,
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn migration_renders_protocols_hours_and_apps() {
+        let m = serde_json::json!({
+            "retention_seconds": 86400,
+            "protocols": {"celeborn": {"applications": 1, "live": 0, "written_bytes": 2048, "read_bytes": 2048},
+                          "uniffle": {"applications": 1, "live": 1, "written_bytes": 1024, "read_bytes": 0}},
+            "hours": [{"start_unix_ms": 1764633600000u64,
+                       "protocols": {"celeborn": {"pushed_bytes": 2048, "fetched_bytes": 2048},
+                                     "uniffle": {"pushed_bytes": 1024, "fetched_bytes": 0}}}],
+            "applications": [
+                {"protocol": "uniffle", "id": "u-1", "client": "client 0.10.0", "written_bytes": 1024,
+                 "read_bytes": 0, "registered_unix_ms": 1764633600000u64, "removed": null},
+                {"protocol": "celeborn", "id": "c-1", "client": null, "written_bytes": 2048,
+                 "read_bytes": 2048, "registered_unix_ms": 1764633600000u64,
+                 "removed": {"reason": "unregistered", "unix_ms": 1764637200000u64}}]
+        });
+        let out = render_migration(&m);
+        assert!(out.contains("removed in the last 1d"), "{out}");
+        assert!(out.contains("2025-12-02 00:00"), "{out}");
+        assert!(out.contains("unregistered 2025-12-02 01:00"), "{out}");
+        let u = out
+            .lines()
+            .find(|l| l.starts_with("uniffle") && l.contains("u-1"))
+            .unwrap();
+        assert!(
+            u.contains("client 0.10.0") && u.contains("1.0 KiB") && u.ends_with("live"),
+            "{u}"
+        );
+        assert!(out.contains("CELEBORN PUSHED"), "{out}");
+    }
 
     #[test]
     fn status_urls() {
@@ -368,7 +522,9 @@ mod tests {
                         "disks": [{"dir": "/d1", "health": "healthy", "used_ratio": 0.5,
                                    "available_bytes": 10, "stored_bytes": 2048, "write_errors": 0}],
                         "cold": null,
-                        "applications": [{"id": "app-1", "shuffles": 2, "partitions": 8,
+                        "applications": [{"id": "uniffle/app-1", "client": "client 0.10.0",
+                                          "written_bytes": 4096, "read_bytes": 1024,
+                                          "shuffles": 2, "partitions": 8,
                                           "bytes": {"memory": 0, "disk": 2048, "cold": 0}, "idle_ms": 1500}]}
         });
         let status = render_status(&s);
@@ -382,8 +538,13 @@ mod tests {
         );
         assert!(status.contains("/d1") && status.contains("50%"), "{status}");
         let apps = render_apps(&s);
-        assert!(apps.starts_with("APPLICATION"), "{apps}");
-        assert!(apps.contains("app-1") && apps.contains("2.0 KiB"), "{apps}");
+        assert!(apps.starts_with("PROTOCOL  APPLICATION"), "{apps}");
+        let row = apps.lines().nth(1).unwrap();
+        assert!(row.starts_with("uniffle   app-1  "), "{row}");
+        assert!(
+            row.contains("client 0.10.0") && row.contains("4.0 KiB") && row.contains("2.0 KiB"),
+            "{row}"
+        );
         // An unexpected shape prints dashes, never panics.
         let odd = serde_json::json!({"storage": {"applications": "x"}});
         assert!(render_status(&odd).contains("node"));

@@ -295,7 +295,7 @@ worker_replicate_listen = "127.0.0.1:0"
 fn ctl_names_an_unreachable_node() {
     let nobody = free_addr(); // closed again: nothing listens there
     let url = format!("http://{nobody}");
-    for sub in ["status", "apps"] {
+    for sub in ["status", "apps", "migration"] {
         let out = switchyard(&["ctl", sub, "--admin", &url], &[]);
         let stderr = text(&out.stderr);
         assert!(!out.status.success());

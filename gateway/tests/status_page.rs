@@ -262,9 +262,10 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
         .collect();
     assert_eq!(cells[0], "uniffle", "{cells:?}");
     assert_eq!(cells[1], app, "{cells:?}");
-    assert_eq!(cells[2], "1", "one shuffle: {cells:?}");
-    assert_eq!(cells[3], "4", "four partitions: {cells:?}");
-    assert_eq!(cells[4], "256.0 KiB", "in memory: {cells:?}");
+    assert_eq!(cells[3], "256.0 KiB", "written: {cells:?}");
+    assert_eq!(cells[5], "1", "one shuffle: {cells:?}");
+    assert_eq!(cells[6], "4", "four partitions: {cells:?}");
+    assert_eq!(cells[7], "256.0 KiB", "in memory: {cells:?}");
 
     // The node and its disk.
     let node_id = node.status()["node"]["id"].as_str().unwrap().to_string();

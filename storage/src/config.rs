@@ -356,6 +356,11 @@ pub struct AppConfig {
     /// 1 h, far longer than any client retries a request.
     #[serde(with = "humantime_serde")]
     pub tombstone_retention: Duration,
+    /// How long the figures of a removed application (bytes written and
+    /// read, client, times) stay in the migration report
+    /// (`/api/v1/migration`). Default 24 h; at most 10,000 are kept.
+    #[serde(with = "humantime_serde")]
+    pub history_retention: Duration,
 }
 
 impl Default for AppConfig {
@@ -364,6 +369,7 @@ impl Default for AppConfig {
             expiry: Duration::from_secs(60),
             expiry_check_interval: Duration::from_secs(10),
             tombstone_retention: Duration::from_secs(3600),
+            history_retention: Duration::from_secs(24 * 3600),
         }
     }
 }

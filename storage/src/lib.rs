@@ -22,6 +22,7 @@ pub mod error;
 pub mod fault;
 mod flush;
 pub mod id;
+pub mod ledger;
 pub mod lifecycle;
 pub mod memory;
 mod partition;
@@ -40,6 +41,7 @@ pub use config::{
 pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
 pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
+pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;
 pub use status::{StoreStatus, TierBytes};

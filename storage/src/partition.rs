@@ -23,12 +23,22 @@ pub(crate) struct Partition {
     /// Data bytes ever appended (for huge-partition placement and figures).
     pub received_bytes: AtomicU64,
     pub received_blocks: AtomicU64,
+    /// Its application's tally, counted on the hot paths without a lookup.
+    pub tally: Arc<AppTally>,
+}
+
+/// What an application wrote and had read back, in data bytes.
+#[derive(Debug, Default)]
+pub(crate) struct AppTally {
+    pub written: AtomicU64,
+    pub read: AtomicU64,
 }
 
 impl Partition {
-    pub(crate) fn new(key: PartitionKey) -> Self {
+    pub(crate) fn new(key: PartitionKey, tally: Arc<AppTally>) -> Self {
         Partition {
             key,
+            tally,
             buffer: Mutex::new(PartitionBuffer::default()),
             segments: RwLock::new(Vec::new()),
             persist: tokio::sync::Mutex::new(()),
@@ -80,6 +90,11 @@ pub(crate) struct App {
     pub last_seen_ms: AtomicU64,
     /// How long it lives without a heartbeat or request, in milliseconds.
     pub lease_ms: AtomicU64,
+    pub tally: Arc<AppTally>,
+    /// Wall-clock time of its registration, in Unix milliseconds.
+    pub registered_unix_ms: u64,
+    /// The client, as its front end describes it ([`crate::Store::set_app_client`]).
+    pub client: Mutex<Option<String>>,
 }
 
 impl App {
@@ -89,6 +104,9 @@ impl App {
             shuffles: DashMap::new(),
             last_seen_ms: AtomicU64::new(now_ms),
             lease_ms: AtomicU64::new(lease_ms),
+            tally: Arc::default(),
+            registered_unix_ms: crate::ledger::unix_ms(),
+            client: Mutex::new(None),
         }
     }
 

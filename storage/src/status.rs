@@ -76,6 +76,11 @@ pub struct OperationCounts {
 #[derive(Clone, Debug, Serialize)]
 pub struct AppStatus {
     pub id: String,
+    /// What its front end knows of the client (its version), if anything.
+    pub client: Option<String>,
+    /// Data bytes appended, and read back, over its life.
+    pub written_bytes: u64,
+    pub read_bytes: u64,
     pub shuffles: usize,
     pub partitions: usize,
     pub bytes: TierBytes,
@@ -104,6 +109,9 @@ impl Store {
             tiers.cold += bytes.cold;
             applications.push(AppStatus {
                 id: a.id.to_string(),
+                client: a.client.lock().clone(),
+                written_bytes: a.tally.written.load(Ordering::Relaxed),
+                read_bytes: a.tally.read.load(Ordering::Relaxed),
                 shuffles: a.shuffles.len(),
                 partitions,
                 bytes,

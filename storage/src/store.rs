@@ -19,6 +19,7 @@ use crate::disk::LocalDisk;
 use crate::error::{Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::{path_component, AppId, PartitionKey};
+use crate::ledger::{AppRecord, Ledger, Removal};
 use crate::lifecycle::{AppListener, AppRemoved, Lifecycle, RemovalReason};
 use crate::memory::MemoryRead;
 use crate::partition::{App, Partition, Shuffle};
@@ -55,6 +56,7 @@ pub struct Store {
     pub(crate) cold: Option<Arc<ColdTier>>,
     pub(crate) apps: DashMap<AppId, Arc<App>>,
     pub(crate) lifecycle: Lifecycle,
+    pub(crate) ledger: Ledger,
     pub(crate) index_cache: moka::future::Cache<(u64, u64), Bytes>,
     pub(crate) flush_slots: Arc<Semaphore>,
     /// Read budget in KiB units: bounds the memory that reads hold at once.
@@ -130,6 +132,7 @@ impl Store {
             cold,
             apps: DashMap::new(),
             lifecycle: Lifecycle::default(),
+            ledger: Ledger::default(),
             index_cache,
             flush_slots: Arc::new(Semaphore::new(flush_slots.max(1))),
             read_budget,
@@ -194,7 +197,9 @@ impl Store {
             .entry(AppId::from(app))
             .or_insert_with(|| {
                 tracing::info!(app, lease = ?lease, "application registered");
-                Arc::new(App::new(AppId::from(app), now, lease_ms))
+                let a = App::new(AppId::from(app), now, lease_ms);
+                *a.client.lock() = self.ledger.take_client(app);
+                Arc::new(a)
             })
             .clone();
         a.lease_ms.store(lease_ms, Ordering::Relaxed);
@@ -209,6 +214,46 @@ impl Store {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Describes an application's client (its protocol version, say), for
+    /// the status and the migration report. The store gives it no meaning.
+    /// An application not registered yet gets it when it registers (within
+    /// an hour).
+    pub fn set_app_client(&self, app: &str, client: &str) {
+        match self.apps.get(app) {
+            Some(a) => {
+                let mut current = a.client.lock();
+                if current.as_deref() != Some(client) {
+                    *current = Some(client.to_string());
+                }
+            }
+            None => self.ledger.remember_client(app, client),
+        }
+    }
+
+    /// Every live application's figures, then those of applications removed
+    /// within `apps.history_retention` (oldest removal first).
+    pub fn app_history(&self) -> Vec<AppRecord> {
+        let mut live: Vec<AppRecord> = self.apps.iter().map(|a| self.app_record(&a)).collect();
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        live.extend(self.ledger.removed(self.config.apps.history_retention));
+        live
+    }
+
+    pub(crate) fn app_record(&self, a: &App) -> AppRecord {
+        let idle = self
+            .now_ms()
+            .saturating_sub(a.last_seen_ms.load(Ordering::Relaxed));
+        AppRecord {
+            id: a.id.to_string(),
+            client: a.client.lock().clone(),
+            written_bytes: a.tally.written.load(Ordering::Relaxed),
+            read_bytes: a.tally.read.load(Ordering::Relaxed),
+            registered_unix_ms: a.registered_unix_ms,
+            last_seen_unix_ms: crate::ledger::unix_ms().saturating_sub(idle),
+            removed: None,
         }
     }
 
@@ -264,7 +309,7 @@ impl Store {
         let p = shuffle
             .partitions
             .entry(key.local())
-            .or_insert_with(|| Arc::new(Partition::new(key.clone())))
+            .or_insert_with(|| Arc::new(Partition::new(key.clone(), app.tally.clone())))
             .clone();
         Ok(p)
     }
@@ -334,6 +379,7 @@ impl Store {
             buf.staging_charge()
         };
         partition.received_bytes.fetch_add(bytes, Ordering::Relaxed);
+        partition.tally.written.fetch_add(bytes, Ordering::Relaxed);
         partition
             .received_blocks
             .fetch_add(count, Ordering::Relaxed);
@@ -413,7 +459,11 @@ impl Store {
         keep: &dyn Fn(&Block) -> bool,
     ) -> Result<MemoryRead> {
         Ok(match self.partition(key)? {
-            Some(p) => p.buffer.lock().read(after, max_bytes, keep),
+            Some(p) => {
+                let read = p.buffer.lock().read(after, max_bytes, keep);
+                p.tally.read.fetch_add(read.bytes(), Ordering::Relaxed);
+                read
+            }
             None => MemoryRead::default(),
         })
     }
@@ -526,6 +576,7 @@ impl Store {
             let to = end.min(seg_end) - seg.logical_start;
             pieces.push(self.read_segment(seg, from, to - from).await?);
         }
+        p.tally.read.fetch_add(len, Ordering::Relaxed);
         Ok(concat(pieces))
     }
 
@@ -637,6 +688,12 @@ impl Store {
         let Some((_, a)) = self.apps.remove(app) else {
             return Ok(());
         };
+        let mut record = self.app_record(&a);
+        record.removed = Some(Removal {
+            unix_ms: crate::ledger::unix_ms(),
+            reason: reason.as_str(),
+        });
+        self.ledger.record_removal(record);
         let shuffles: Vec<(i32, Arc<Shuffle>)> =
             a.shuffles.iter().map(|s| (*s.key(), s.clone())).collect();
         tracing::info!(

@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(expanded.len(), 13);
         for size in [1, 7, 12, 40, 1000] {
             let view = SelectedView {
-                partition: Arc::new(Partition::new(PartitionKey::new("a", 0, 0))),
+                partition: Arc::new(Partition::new(PartitionKey::new("a", 0, 0), Arc::default())),
                 selection: s.clone(),
                 chunk_size: size,
                 blocks: s.total_records(),

@@ -1,6 +1,7 @@
 //! Admin HTTP: health, readiness, Prometheus metrics, the JSON status and
 //! throughput history, and the web status page built on them.
 
+pub mod migration;
 mod page;
 pub mod throughput;
 
@@ -38,6 +39,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(render_metrics))
         .route("/api/v1/status", get(status))
         .route("/api/v1/throughput", get(throughput))
+        .route("/api/v1/migration", get(migration))
         .merge(page::routes())
         .with_state(state)
 }
@@ -92,4 +94,8 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
 
 async fn throughput(State(state): State<AdminState>) -> Json<throughput::History> {
     Json(state.throughput.history())
+}
+
+async fn migration(State(state): State<AdminState>) -> Json<migration::MigrationReport> {
+    Json(migration::report(&state.store, &state.throughput))
 }

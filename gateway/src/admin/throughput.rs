@@ -1,6 +1,8 @@
-//! The status page's throughput history: bytes per second pushed and fetched
-//! per protocol, sampled every [`SAMPLE_INTERVAL`] over the last
-//! [`SAMPLES`] samples (10 minutes), from the protocols' traffic totals.
+//! Traffic history from the protocols' traffic totals: bytes per second
+//! pushed and fetched per protocol, sampled every [`SAMPLE_INTERVAL`] over
+//! the last [`SAMPLES`] samples (10 minutes, the status page's chart), and
+//! bytes per protocol per clock hour over the last [`HOURS`] hours (the
+//! migration report).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -13,6 +15,8 @@ use tokio::sync::watch;
 
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 pub const SAMPLES: usize = 120;
+pub const HOURS: usize = 24;
+const HOUR_MS: u64 = 3_600_000;
 
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct Rates {
@@ -28,6 +32,19 @@ pub struct Sample {
     pub protocols: BTreeMap<&'static str, Rates>,
 }
 
+/// Bytes moved in one clock hour.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Bytes {
+    pub pushed_bytes: u64,
+    pub fetched_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Hour {
+    pub start_unix_ms: u64,
+    pub protocols: BTreeMap<&'static str, Bytes>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct History {
     pub interval_seconds: u64,
@@ -36,6 +53,7 @@ pub struct History {
 
 pub struct ThroughputHistory {
     samples: Mutex<VecDeque<Sample>>,
+    hours: Mutex<VecDeque<Hour>>,
     last: Mutex<(Instant, [Totals; 3])>,
 }
 
@@ -47,6 +65,7 @@ impl ThroughputHistory {
     pub fn new() -> Arc<Self> {
         Arc::new(ThroughputHistory {
             samples: Mutex::new(VecDeque::with_capacity(SAMPLES)),
+            hours: Mutex::new(VecDeque::with_capacity(HOURS)),
             last: Mutex::new((Instant::now(), all_totals())),
         })
     }
@@ -71,11 +90,42 @@ impl ThroughputHistory {
         let unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        self.add_to_hour(unix_ms, &totals, &before);
         let mut samples = self.samples.lock();
         if samples.len() == SAMPLES {
             samples.pop_front();
         }
         samples.push_back(Sample { unix_ms, protocols });
+    }
+
+    /// Adds the bytes since the previous sample to the clock hour of `unix_ms`.
+    fn add_to_hour(&self, unix_ms: u64, totals: &[Totals; 3], before: &[Totals; 3]) {
+        let start = unix_ms - unix_ms % HOUR_MS;
+        let mut hours = self.hours.lock();
+        if hours.back().is_none_or(|h| h.start_unix_ms != start) {
+            if hours.len() == HOURS {
+                hours.pop_front();
+            }
+            hours.push_back(Hour {
+                start_unix_ms: start,
+                protocols: Protocol::ALL
+                    .iter()
+                    .map(|p| (p.as_str(), Bytes::default()))
+                    .collect(),
+            });
+        }
+        let hour = hours.back_mut().expect("just pushed");
+        for (p, (t, b)) in Protocol::ALL.iter().zip(totals.iter().zip(before.iter())) {
+            let bytes = hour.protocols.entry(p.as_str()).or_default();
+            bytes.pushed_bytes += t.pushed.saturating_sub(b.pushed);
+            bytes.fetched_bytes += t.fetched.saturating_sub(b.fetched);
+        }
+    }
+
+    /// Bytes per protocol per clock hour, oldest first (hours this process
+    /// did not run through are absent).
+    pub fn hours(&self) -> Vec<Hour> {
+        self.hours.lock().iter().cloned().collect()
     }
 
     pub fn history(&self) -> History {
@@ -116,5 +166,13 @@ mod tests {
             h.sample();
         }
         assert_eq!(h.history().samples.len(), SAMPLES);
+        // Every sample of this test fell into one or two clock hours.
+        let hours = h.hours();
+        assert!((1..=2).contains(&hours.len()), "{hours:?}");
+        let flink: u64 = hours
+            .iter()
+            .map(|h| h.protocols["flink"].pushed_bytes)
+            .sum();
+        assert!(flink >= 1000, "{hours:?}");
     }
 }

@@ -86,6 +86,26 @@ impl Coordinator {
             .collect())
     }
 
+    /// registerApplicationInfo, as 0.10+ clients send it (with their version).
+    pub async fn register_application_info(
+        &mut self,
+        app: &str,
+        user: &str,
+        version: Option<&str>,
+    ) -> Result<()> {
+        let r = self
+            .inner
+            .register_application_info(ApplicationInfoRequest {
+                app_id: app.into(),
+                user: user.into(),
+                version: version.map(Into::into),
+                git_commit_id: None,
+            })
+            .await?
+            .into_inner();
+        check("registerApplicationInfo", r.status, r.ret_msg)
+    }
+
     pub async fn assignments(
         &mut self,
         app: &str,

@@ -123,11 +123,21 @@ impl NodeRegistry {
 pub struct CoordinatorService {
     nodes: Arc<NodeRegistry>,
     config: UniffleConfig,
+    /// This node's store, told what clients say of themselves.
+    store: Option<Arc<switchyard_storage::Store>>,
 }
 
 impl CoordinatorService {
-    pub fn new(nodes: Arc<NodeRegistry>, config: UniffleConfig) -> Self {
-        CoordinatorService { nodes, config }
+    pub fn new(
+        nodes: Arc<NodeRegistry>,
+        config: UniffleConfig,
+        store: Option<Arc<switchyard_storage::Store>>,
+    ) -> Self {
+        CoordinatorService {
+            nodes,
+            config,
+            store,
+        }
     }
 
     /// Whether a heartbeat carries the configured registration secret (never,
@@ -333,6 +343,16 @@ impl CoordinatorServer for CoordinatorService {
     ) -> Result<Response<ApplicationInfoResponse>, Status> {
         let r = request.into_inner();
         tracing::debug!(app = %r.app_id, user = %r.user, version = ?r.version, "application info");
+        // The only place a Uniffle client tells its version (0.10+); this
+        // node's shuffle server shows it for the application.
+        if let (Some(store), Some(version)) = (&self.store, r.version.as_deref()) {
+            if !r.app_id.is_empty() && !version.is_empty() && version.len() <= 64 {
+                store.set_app_client(
+                    &crate::server::stored_app(&r.app_id),
+                    &format!("client {version}"),
+                );
+            }
+        }
         success(|status, ret_msg| ApplicationInfoResponse { status, ret_msg })
     }
 

@@ -165,10 +165,13 @@ impl UniffleNode {
             }));
         }
 
-        let coordinator_service =
-            CoordinatorServerServer::new(CoordinatorService::new(nodes.clone(), config.clone()))
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max);
+        let coordinator_service = CoordinatorServerServer::new(CoordinatorService::new(
+            nodes.clone(),
+            config.clone(),
+            Some(store.clone()),
+        ))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
         let c = cancel.clone();
         tasks.push(tokio::spawn(async move {
             let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));

@@ -36,10 +36,15 @@ function cell(text, cls) {
   return el("td", cls ? { class: cls } : {}, text);
 }
 
-// The store names each application "<protocol>/<the client's id>".
-function splitApp(id) {
+// The store names each application "<namespace>/<the client's id>";
+// Celeborn's Flink client is told apart by what the node says of it (as
+// `ctl apps` and the migration report do).
+function splitApp(id, client) {
   const slash = id.indexOf("/");
-  return slash < 0 ? ["", id] : [id.slice(0, slash), id.slice(slash + 1)];
+  if (slash < 0) return ["other", id];
+  let protocol = id.slice(0, slash);
+  if (protocol === "celeborn" && (client || "").startsWith("flink")) protocol = "flink";
+  return [protocol, id.slice(slash + 1)];
 }
 
 function renderStatus(s) {
@@ -77,14 +82,16 @@ function renderStatus(s) {
 
   const apps = st.applications.slice().sort((a, b) => a.id.localeCompare(b.id));
   const rows = apps.map((a) => {
-    const [protocol, id] = splitApp(a.id);
+    const [protocol, id] = splitApp(a.id, a.client);
     return el("tr", { "data-app": id, "data-protocol": protocol },
-      cell(protocol), cell(id), cell(a.shuffles, "num"), cell(a.partitions, "num"),
+      cell(protocol), cell(id), cell(a.client || "-"),
+      cell(bytes(a.written_bytes || 0), "num"), cell(bytes(a.read_bytes || 0), "num"),
+      cell(a.shuffles, "num"), cell(a.partitions, "num"),
       cell(bytes(a.bytes.memory), "num"), cell(bytes(a.bytes.disk), "num"),
       cell(bytes(a.bytes.cold), "num"), cell(duration(a.idle_ms / 1000), "num"));
   });
   if (rows.length === 0) {
-    rows.push(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no applications")));
+    rows.push(el("tr", {}, el("td", { colspan: 11, class: "muted" }, "no applications")));
   }
   fill(document.querySelector("#apps tbody"), rows);
 }

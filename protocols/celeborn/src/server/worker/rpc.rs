@@ -166,6 +166,8 @@ impl WorkerEndpoint {
         };
         shuffle.split_threshold.store(threshold, Ordering::Relaxed);
         shuffle.set_modes(split_mode, partition_type);
+        self.state
+            .describe_client(&r.application_id, partition_type);
         for &(id, epoch, replica) in &locations {
             shuffle.add_location(id, epoch, replica);
         }

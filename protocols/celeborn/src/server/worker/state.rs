@@ -203,6 +203,23 @@ impl WorkerState {
             .register_app_leased(&stored_app(app), self.config.app_timeout);
     }
 
+    /// Tells the store what the wire says of an application's client: Flink
+    /// (map partitions) or Spark (reduce partitions), and whether it is 0.6.1
+    /// or later (it sent RegisterApplicationInfo) or older.
+    pub(crate) fn describe_client(&self, app: &str, partition_type: PartitionType) {
+        let kind = match partition_type {
+            PartitionType::Map => "flink",
+            _ => "spark",
+        };
+        let version = if self.split_info_apps.contains(app) {
+            "0.6.1+"
+        } else {
+            "0.5.x-0.6.0"
+        };
+        self.store
+            .set_app_client(&stored_app(app), &format!("{kind} client {version}"));
+    }
+
     pub(crate) fn shuffle(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
         self.shuffles.get(shuffle_key).map(|s| s.clone())
     }
