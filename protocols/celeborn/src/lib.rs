@@ -11,6 +11,7 @@
 //! - [`rpc`]: the NettyRpcEnv layer of the master/worker RPC ports (envelope, the Java
 //!   serialization subset, the endpoint-verifier handshake).
 
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod frame;
