@@ -334,6 +334,78 @@ impl Connection {
         .await
     }
 
+    /// Registers an application's secret on a master port, as a driver's
+    /// first master connection does with `celeborn.auth.enabled`; the
+    /// connection then acts for that application.
+    pub async fn register_application(&self, app: &str, secret: &str) -> Result<()> {
+        use crate::proto::*;
+        let init = TransportMessage::new(
+            MessageType::AuthenticationInitiationRequest,
+            &PbAuthenticationInitiationRequest {
+                version: "1.0".into(),
+                auth_enabled: true,
+                sasl_mechanisms: Vec::new(),
+            },
+        );
+        let r = TransportMessage::from_bytes(self.data_rpc(&init).await?)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ClientError::BadReply("authentication-init reply".into()))?;
+        let _: PbAuthenticationInitiationResponse = decode(&r)?;
+        let anonymous = TransportMessage::new(
+            MessageType::SaslRequest,
+            &PbSaslRequest {
+                method: "ANONYMOUS".into(),
+                auth_type: PbAuthType::ClientAuth as i32,
+                payload: Bytes::new(),
+            },
+        );
+        self.data_rpc(&anonymous).await?;
+        let register = TransportMessage::new(
+            MessageType::RegisterApplicationRequest,
+            &PbRegisterApplicationRequest {
+                id: app.into(),
+                secret: secret.into(),
+            },
+        );
+        let r = TransportMessage::from_bytes(self.data_rpc(&register).await?)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ClientError::BadReply("registration reply".into()))?;
+        let r: PbRegisterApplicationResponse = decode(&r)?;
+        if !r.status {
+            return Err(ClientError::BadReply("registration refused".into()));
+        }
+        Ok(())
+    }
+
+    /// Authenticates the connection as `app` with SASL DIGEST-MD5, as every
+    /// connection but a driver's first does with `celeborn.auth.enabled`.
+    pub async fn authenticate(&self, app: &str, secret: &str) -> Result<()> {
+        use crate::proto::*;
+        let sasl = |method: &str, payload: Bytes| {
+            TransportMessage::new(
+                MessageType::SaslRequest,
+                &PbSaslRequest {
+                    method: method.into(),
+                    auth_type: PbAuthType::ConnectionAuth as i32,
+                    payload,
+                },
+            )
+        };
+        let challenge = self.data_rpc(&sasl("DIGEST-MD5", Bytes::new())).await?;
+        let (response, rspauth) =
+            crate::auth::digest::client_response(app, secret.as_bytes(), &challenge)
+                .map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let got = self.data_rpc(&sasl("", Bytes::from(response))).await?;
+        if got != rspauth {
+            return Err(ClientError::BadReply(
+                "the server's rspauth does not match".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Pushes one batch; the reply body (empty = written, else a status byte).
     pub async fn push(&self, shuffle_key: &str, unique_id: &str, batch: Bytes) -> Result<Bytes> {
         self.push_queued(shuffle_key, unique_id, batch).await?.await

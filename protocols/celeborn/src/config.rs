@@ -40,6 +40,14 @@ pub struct CelebornConfig {
     /// (the client heartbeats every 10 s).
     #[serde(with = "humantime_serde")]
     pub app_timeout: Duration,
+    /// Celeborn's authentication, as the stock clients speak it with
+    /// `spark.celeborn.auth.enabled=true`: a driver registers its
+    /// application's secret on the master port, and every connection to the
+    /// master, worker rpc, push and fetch ports authenticates with SASL
+    /// DIGEST-MD5 and may then act only for its own application. Clients
+    /// without it are refused. The replicate port does not authenticate.
+    /// Default false.
+    pub auth_enabled: bool,
     /// Connections per port and requests in flight per connection, for each of the
     /// master's and worker's ports (`[celeborn.connections]`).
     pub connections: ConnectionLimits,
@@ -60,6 +68,7 @@ impl Default for CelebornConfig {
             chunk_size: ByteSize::mib(8),
             app_timeout: Duration::from_secs(300),
             connections: ConnectionLimits::default(),
+            auth_enabled: false,
         }
     }
 }

@@ -168,6 +168,29 @@ impl Challenge {
     }
 }
 
+/// The client's side, as the JDK's client answers a challenge with
+/// Celeborn's parameters (for Switchyard's own client and tests): the
+/// digest-response, and the `rspauth` token the server must send back.
+pub fn client_response(
+    app: &str,
+    secret: &[u8],
+    challenge: &[u8],
+) -> Result<(Vec<u8>, Vec<u8>), DigestError> {
+    let text = std::str::from_utf8(challenge)
+        .map_err(|_| DigestError::Malformed("challenge is not UTF-8".into()))?;
+    let d = parse_directives(text)?;
+    let nonce = d.get("nonce").ok_or(DigestError::Missing("nonce"))?;
+    let cnonce = B64.encode(rand::random::<[u8; 30]>());
+    let user = B64.encode(app);
+    let ha1 = ha1(&user, &B64.encode(secret), nonce, &cnonce);
+    let response = response_value(&ha1, nonce, "00000001", &cnonce, "AUTHENTICATE", DIGEST_URI);
+    let rspauth = response_value(&ha1, nonce, "00000001", &cnonce, "", DIGEST_URI);
+    let line = format!(
+        "charset=utf-8,username=\"{user}\",realm=\"{REALM}\",nonce=\"{nonce}\",nc=00000001,cnonce=\"{cnonce}\",digest-uri=\"{DIGEST_URI}\",maxbuf=65536,response={response},qop=auth"
+    );
+    Ok((line.into_bytes(), format!("rspauth={rspauth}").into_bytes()))
+}
+
 fn refused(what: &'static str, got: &str) -> DigestError {
     DigestError::Refused {
         what,
@@ -272,13 +295,22 @@ mod tests {
     use super::*;
 
     /// A JDK-shaped client response (`DigestMD5Client.generateClientResponse`'s order).
-    fn client_response(app: &str, secret: &[u8], nonce: &str, cnonce: &str) -> String {
+    fn jdk_response(app: &str, secret: &[u8], nonce: &str, cnonce: &str) -> String {
         let user = B64.encode(app);
         let ha1 = ha1(&user, &B64.encode(secret), nonce, cnonce);
         let response = response_value(&ha1, nonce, "00000001", cnonce, "AUTHENTICATE", DIGEST_URI);
         format!(
             "charset=utf-8,username=\"{user}\",realm=\"default\",nonce=\"{nonce}\",nc=00000001,cnonce=\"{cnonce}\",digest-uri=\"null/default\",maxbuf=65536,response={response},qop=auth"
         )
+    }
+
+    #[test]
+    fn our_client_and_server_agree() {
+        let c = Challenge::new();
+        let (response, rspauth) = super::client_response("app-9", b"k", &c.token()).unwrap();
+        let ok = c.verify(&response, |_| Some(b"k".to_vec())).unwrap();
+        assert_eq!(ok.app_id, "app-9");
+        assert_eq!(ok.rspauth, rspauth);
     }
 
     #[test]
@@ -307,7 +339,7 @@ mod tests {
         // server with Celeborn's parameters.
         let (nonce, cnonce) = ("A".repeat(40), "B".repeat(40));
         let challenge = Challenge::with_nonce(&nonce);
-        let response = client_response("local-1700000000000", b"s3cr3t-example", &nonce, &cnonce);
+        let response = jdk_response("local-1700000000000", b"s3cr3t-example", &nonce, &cnonce);
         assert!(
             response.contains("response=b6b5a965328887b7a4915a4a02245929"),
             "{response}"
@@ -339,12 +371,12 @@ mod tests {
         let nonce = "N".repeat(40);
         let c = Challenge::with_nonce(&nonce);
         let secret = || Some(b"sekrit".to_vec());
-        let good = client_response("app-1", b"sekrit", &nonce, "cn");
+        let good = jdk_response("app-1", b"sekrit", &nonce, "cn");
         assert!(c.verify(good.as_bytes(), |_| secret()).is_ok());
         // Wrong secret, unknown app, another nonce.
         assert_eq!(
             c.verify(
-                client_response("app-1", b"other", &nonce, "cn").as_bytes(),
+                jdk_response("app-1", b"other", &nonce, "cn").as_bytes(),
                 |_| secret()
             ),
             Err(DigestError::Mismatch)
@@ -353,7 +385,7 @@ mod tests {
             c.verify(good.as_bytes(), |_| None),
             Err(DigestError::UnknownApp("app-1".into()))
         );
-        let replay = client_response("app-1", b"sekrit", &"M".repeat(40), "cn");
+        let replay = jdk_response("app-1", b"sekrit", &"M".repeat(40), "cn");
         assert_eq!(
             c.verify(replay.as_bytes(), |_| secret()),
             Err(DigestError::Nonce)

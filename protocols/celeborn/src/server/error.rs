@@ -125,6 +125,18 @@ pub enum CelebornError {
     /// The connection closed while the request waited: nothing to answer.
     #[error("the connection is closed")]
     Closed,
+
+    /// Authentication is on and this connection has not authenticated
+    /// (upstream's text, which clients log).
+    #[error("The app is not registered and the connection is not authenticated")]
+    NotAuthenticated,
+    /// An authenticated connection named another application.
+    #[error("Client for {bound} not authorized for application {app}.")]
+    NotAuthorized { bound: String, app: String },
+    /// A handshake step failed: an unexpected step or mechanism, a digest
+    /// that does not verify, an application registered with another secret.
+    #[error("{0}")]
+    AuthFailed(String),
     /// Any other refusal of the store.
     #[error(transparent)]
     Storage(StorageError),
@@ -180,6 +192,9 @@ impl CelebornError {
             | NotMapPartitions(_)
             | UnknownStream(_)
             | BadSlice(_)
+            | NotAuthenticated
+            | NotAuthorized { .. }
+            | AuthFailed(_)
             | Storage(_) => StatusCode::RequestFailed,
             BadBatch(_) => StatusCode::PushDataFailNonCriticalCausePrimary,
             PartitionNotFound(_) | ShuffleRemoved { .. } => {

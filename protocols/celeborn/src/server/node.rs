@@ -94,7 +94,11 @@ impl CelebornNode {
         let tasks = vec![
             tokio::spawn(serve(
                 master,
-                RpcPort::new(MasterEndpoint::new(worker.clone()), "master"),
+                RpcPort::new(
+                    MasterEndpoint::new(worker.clone()),
+                    "master",
+                    port_auth(&worker, true),
+                ),
                 rpc_max,
                 limits,
                 budget.clone(),
@@ -105,6 +109,7 @@ impl CelebornNode {
                 RpcPort::new(
                     super::worker::WorkerEndpoint::new(worker.clone()),
                     "worker-rpc",
+                    port_auth(&worker, false),
                 ),
                 rpc_max,
                 limits,
@@ -129,6 +134,8 @@ impl CelebornNode {
             )),
             tokio::spawn(serve(
                 replicate,
+                // Worker to worker: Celeborn's replicate port does not
+                // authenticate (the replica pushes carry no application secret).
                 PushPort::new(worker.clone(), "replicate"),
                 max,
                 limits,
@@ -170,4 +177,12 @@ impl CelebornNode {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
     }
+}
+
+/// An RPC port's authentication, when `auth_enabled` is on.
+fn port_auth(worker: &Arc<WorkerState>, registration: bool) -> Option<super::rpc::PortAuth> {
+    worker.config.auth_enabled.then(|| super::rpc::PortAuth {
+        secrets: worker.secrets.clone(),
+        registration,
+    })
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::conn::{Handler, Replier};
 use super::error::CelebornError;
+use crate::auth::{self, Answer, Secrets};
 use crate::frame::Message;
 use crate::rpc::{encode_boolean, encode_reply, endpoint, RequestMessage, RpcContent};
 use crate::transport_message::TransportMessage;
@@ -46,11 +47,72 @@ pub trait Endpoint: Send + Sync + 'static {
 pub struct RpcPort<E> {
     endpoint: Arc<E>,
     port: &'static str,
+    auth: Option<PortAuth>,
+}
+
+/// An RPC port's part in authentication: the node's secrets, and whether
+/// drivers register theirs here (the master port).
+pub struct PortAuth {
+    pub secrets: Arc<Secrets>,
+    pub registration: bool,
 }
 
 impl<E: Endpoint> RpcPort<E> {
-    pub fn new(endpoint: Arc<E>, port: &'static str) -> Arc<Self> {
-        Arc::new(RpcPort { endpoint, port })
+    pub fn new(endpoint: Arc<E>, port: &'static str, auth: Option<PortAuth>) -> Arc<Self> {
+        Arc::new(RpcPort {
+            endpoint,
+            port,
+            auth,
+        })
+    }
+
+    /// With authentication on: a connection not bound yet gets its
+    /// handshake step answered (Some); a bound one passes (None).
+    async fn gate(&self, message: &Message, replier: &Replier) -> Option<()> {
+        let auth = self.auth.as_ref()?;
+        let session = replier.session();
+        if session.identity().is_some() {
+            return None;
+        }
+        match message {
+            Message::RpcRequest { request_id, body } => {
+                let frame = match auth::handshake(
+                    session,
+                    &auth.secrets,
+                    auth.registration,
+                    body.clone(),
+                ) {
+                    Answer::Reply(body) => Message::RpcResponse {
+                        request_id: *request_id,
+                        body,
+                    },
+                    Answer::Fail(e) => {
+                        e.count(self.port);
+                        Message::RpcFailure {
+                            request_id: *request_id,
+                            error: e.client_text(),
+                        }
+                    }
+                };
+                replier.send(frame).await;
+            }
+            _ => CelebornError::NotAuthenticated.count(self.port),
+        }
+        Some(())
+    }
+}
+
+impl<E: Endpoint> RpcPort<E> {
+    /// On an authenticated connection, a message that names an application
+    /// must name the connection's own.
+    fn check_app(&self, tm: &TransportMessage, replier: &Replier) -> Result<(), CelebornError> {
+        if self.auth.is_none() {
+            return Ok(());
+        }
+        match auth::app_of(tm)? {
+            Some(app) => auth::check_app(replier.session(), &app),
+            None => Ok(()),
+        }
     }
 }
 
@@ -60,6 +122,9 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
     }
 
     async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
+        if self.gate(&message, &replier).await.is_some() {
+            return;
+        }
         let (request_id, body) = match message {
             Message::RpcRequest { request_id, body } => (Some(request_id), body),
             Message::OneWayMessage { body } => (None, body),
@@ -81,6 +146,8 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
                         && request.endpoint != endpoint::VERIFIER
                     {
                         Err(CelebornError::NoEndpoint(request.endpoint))
+                    } else if let Err(e) = self.check_app(&tm, &replier) {
+                        Err(e)
                     } else {
                         match self.endpoint.clone().receive(tm).await {
                             Ok(reply) => encode_reply(&reply)

@@ -22,6 +22,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
+
+use super::session::Session;
 use tokio_util::task::TaskTracker;
 
 use super::limits::{ConnectionLimits, Pool, TransportBudget};
@@ -121,6 +123,7 @@ pub struct Replier<M> {
     /// One count per live replier or queued reply: the connection is idle when only
     /// the reader's own is left (no handler, no stream, no reply in flight).
     alive: Arc<()>,
+    session: Arc<Session>,
 }
 
 impl<M> Clone for Replier<M> {
@@ -130,6 +133,7 @@ impl<M> Clone for Replier<M> {
             closed: self.closed.clone(),
             pools: self.pools.clone(),
             alive: self.alive.clone(),
+            session: self.session.clone(),
         }
     }
 }
@@ -180,6 +184,11 @@ impl<M> Replier<M> {
     pub fn closed(&self) -> &CancellationToken {
         &self.closed
     }
+
+    /// This connection's session: whom it authenticated as.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
 }
 
 /// Serves one connection until it closes, then waits for its handlers.
@@ -217,6 +226,7 @@ pub(super) async fn run<M, H>(
             budget.replies.clone(),
         )),
         alive: Arc::new(()),
+        session: Arc::default(),
     };
     let handlers = TaskTracker::new();
     let reader = Reader {

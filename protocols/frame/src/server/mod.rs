@@ -48,6 +48,7 @@
 
 mod connection;
 mod limits;
+mod session;
 #[cfg(test)]
 mod tests;
 
@@ -65,6 +66,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use connection::{HeldBytes, Replier, ReplyBytes};
 pub use limits::{ConnectionLimits, TransportBudget};
+pub use session::Session;
 
 use crate::FrameMessage;
 

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use switchyard_frame::traffic::{self, Protocol, Request};
+use switchyard_storage::unscoped_app;
 
 use super::credit::{self, CreditStream, CREDIT_BATCH_BYTES};
 use super::state::{parse_unique_id, split_shuffle_key, Location, WorkerState};
+use crate::auth;
 use crate::frame::{Message, StreamChunkSlice};
 use crate::proto::*;
 use crate::server::conn::{Handler, Replier};
@@ -219,6 +221,11 @@ impl FetchPort {
                 .get(&slice.stream_id)
                 .map(|v| v.clone())
                 .ok_or(CelebornError::UnknownStream(slice.stream_id))?;
+            // Streams are not bound to a connection (a reader reconnects and
+            // fetches on), but to their application.
+            if let Some(app) = unscoped_app(super::state::NAMESPACE, &stream.view.key().app) {
+                auth::check_app(replier.session(), app)?;
+            }
             stream.touch();
             let view = &stream.view;
             let index = usize::try_from(slice.chunk_index)
@@ -266,7 +273,9 @@ impl FetchPort {
         };
         let reply: Result<Option<TransportMessage>, CelebornError> = match tm.kind() {
             Some(MessageType::OpenStream) => match tm.decode_payload::<PbOpenStream>() {
-                Ok(r) => match self.map_location(&r.shuffle_key, &r.file_name) {
+                Ok(r) => match auth::check_shuffle_key(replier.session(), &r.shuffle_key)
+                    .and_then(|()| self.map_location(&r.shuffle_key, &r.file_name))
+                {
                     Ok(Some(loc)) => return self.open_credit(request_id, loc, r, replier).await,
                     Ok(None) => self
                         .open(
@@ -289,7 +298,12 @@ impl FetchPort {
                 }
                 Err(e) => Err(bad(e)),
             },
-            Some(MessageType::BatchOpenStream) => match tm.decode_payload::<PbOpenStreamList>() {
+            Some(MessageType::BatchOpenStream) => match tm
+                .decode_payload::<PbOpenStreamList>()
+                .map_err(bad)
+                .and_then(|r| {
+                    auth::check_shuffle_key(replier.session(), &r.shuffle_key).map(|()| r)
+                }) {
                 Ok(r) => {
                     // Exactly one entry per file name: the client indexes
                     // into this list without checking its length.
@@ -323,7 +337,7 @@ impl FetchPort {
                         },
                     )))
                 }
-                Err(e) => Err(bad(e)),
+                Err(e) => Err(e),
             },
             Some(MessageType::ChunkFetchRequest) => {
                 // Answered with a chunk frame, never an RpcResponse.
@@ -388,6 +402,9 @@ impl Handler<Message> for FetchPort {
     }
 
     async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
+        if super::gate::unauthenticated(&self.state, "fetch", &message, &replier).await {
+            return;
+        }
         match message {
             Message::RpcRequest { request_id, body } => {
                 let e = match DataPlaneBody::decode(body) {

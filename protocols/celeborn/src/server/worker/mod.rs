@@ -5,6 +5,7 @@
 
 mod credit;
 mod fetch;
+mod gate;
 pub mod map_partition;
 mod push;
 mod rpc;

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use switchyard_frame::traffic::{self, Protocol, Request};
+
+use crate::auth;
 use switchyard_storage::{Block, BlockMeta};
 
 use super::state::{Location, ShuffleState, WorkerState};
@@ -283,8 +285,19 @@ impl Handler<Message> for PushPort {
     }
 
     async fn handle(self: Arc<Self>, message: Message, replier: Replier) {
+        // Replicas come from other workers, which carry no application secret.
+        if self.port != "replicate"
+            && super::gate::unauthenticated(&self.state, self.port, &message, &replier).await
+        {
+            return;
+        }
         match message {
             Message::PushData(p) => {
+                if let Err(e) = auth::check_shuffle_key(replier.session(), &p.shuffle_key) {
+                    let request = Request::start(Protocol::Celeborn, "push_data");
+                    self.send(&replier, p.request_id, Err(e), request).await;
+                    return;
+                }
                 let replica = p.mode == Mode::Replica;
                 let shuffle = self.state.shuffle(&p.shuffle_key);
                 if let Some(map_shuffle) = shuffle.as_ref().filter(|s| s.is_map()) {
@@ -317,6 +330,10 @@ impl Handler<Message> for PushPort {
             Message::PushMergedData(p) => {
                 // A malformed push returns before a reply marks it ok: an error.
                 let request = Request::start(Protocol::Celeborn, "push_merged_data");
+                if let Err(e) = auth::check_shuffle_key(replier.session(), &p.shuffle_key) {
+                    self.send(&replier, p.request_id, Err(e), request).await;
+                    return;
+                }
                 let replica = p.mode == Mode::Replica;
                 let batches = match p.batches() {
                     Ok(b) if b.len() == p.partition_unique_ids.len() => b,
@@ -387,7 +404,10 @@ impl Handler<Message> for PushPort {
                     Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
                     Err(e) => Err(CelebornError::Undecodable(e.to_string())),
                 }
-                .and_then(|r| self.map_control(r));
+                .and_then(|r| {
+                    auth::check_shuffle_key(replier.session(), &r.shuffle_key)?;
+                    self.map_control(r)
+                });
                 let request = Request::start(Protocol::Flink, "push_control");
                 self.send_map(&replier, request_id, reply, request).await;
             }

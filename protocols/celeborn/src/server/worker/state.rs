@@ -176,6 +176,9 @@ pub struct WorkerState {
     /// so are 0.6.1 or newer: their merged pushes get per-partition split
     /// replies, which 0.5 clients cannot read.
     pub split_info_apps: dashmap::DashSet<String>,
+    /// Applications' secrets, registered on the master port (with
+    /// `auth_enabled`); the node's master and worker ports share them.
+    pub secrets: Arc<crate::auth::Secrets>,
 }
 
 impl WorkerState {
@@ -190,6 +193,7 @@ impl WorkerState {
             streams: DashMap::new(),
             credit_streams: DashMap::new(),
             split_info_apps: dashmap::DashSet::new(),
+            secrets: Default::default(),
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
@@ -218,6 +222,11 @@ impl WorkerState {
         };
         self.store
             .set_app_client(&stored_app(app), &format!("{kind} client {version}"));
+    }
+
+    /// The secrets connections authenticate against, when authentication is on.
+    pub(crate) fn auth(&self) -> Option<&crate::auth::Secrets> {
+        self.config.auth_enabled.then_some(&*self.secrets)
     }
 
     pub(crate) fn shuffle(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
@@ -340,6 +349,7 @@ impl WorkerState {
         self.streams.retain(|_, v| v.view.key().app != stored);
         self.drop_credit_streams(|s| s.key.app == stored);
         self.split_info_apps.remove(app);
+        self.secrets.remove(app);
         self.publish_stream_gauges();
     }
 }

@@ -38,6 +38,8 @@ public final class SwitchyardProcess implements AutoCloseable {
   static final Duration STOP_TIMEOUT = Duration.ofSeconds(30);
 
   private final String name;
+  /** Celeborn's authentication on: set before launch by {@link #startWithCelebornAuth}. */
+  private boolean celebornAuth;
   private final Path binary;
   private final Path workDir;
   private final Path configFile;
@@ -128,6 +130,23 @@ public final class SwitchyardProcess implements AutoCloseable {
     }
   }
 
+  /**
+   * As {@link #startWithCeleborn}, with Celeborn's authentication on ({@code celeborn.auth_enabled}):
+   * clients must run with {@code spark.celeborn.auth.enabled=true}.
+   */
+  public static SwitchyardProcess startWithCelebornAuth(String name, String memoryCapacity)
+      throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, true, "", "");
+    p.celebornAuth = true;
+    try {
+      p.launch();
+      return p;
+    } catch (RuntimeException | IOException e) {
+      p.close();
+      throw e;
+    }
+  }
+
   static Path locateBinary() {
     String prop = System.getProperty("switchyard.bin", "../target/debug/switchyard");
     Path bin = Paths.get(prop).toAbsolutePath().normalize();
@@ -177,7 +196,8 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "worker_push_listen = \"127.0.0.1:" + celebornPushPort + "\"\n"
         + "worker_fetch_listen = \"127.0.0.1:" + celebornFetchPort + "\"\n"
         + "worker_replicate_listen = \"127.0.0.1:" + celebornReplicatePort + "\"\n"
-        + "advertised_host = \"127.0.0.1\"\n";
+        + "advertised_host = \"127.0.0.1\"\n"
+        + (celebornAuth ? "auth_enabled = true\n" : "");
   }
 
   static String tomlEscape(String s) {
