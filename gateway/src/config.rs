@@ -891,6 +891,7 @@ mod tests {
         assert!(c.node.host.is_some());
         assert!(c.storage.disks.write_rate_limit.is_some());
         assert!(c.storage.disks.read_rate_limit.is_some());
+        assert!(c.celeborn.tls.is_some(), "the [celeborn.tls] example");
         let cold = c.storage.cold.expect("the [storage.cold] example");
         let defaults_from_serde: switchyard_storage::ColdConfig =
             toml::from_str("service = \"fs\"\nroot = \"/x\"").unwrap();
@@ -905,9 +906,9 @@ mod tests {
         );
     }
 
-    /// `key = value` or `[storage.section]`
+    /// `key = value`, `[storage.section]` or `[celeborn.section]`
     fn is_setting(s: &str) -> bool {
-        if s.starts_with("[storage.") && s.ends_with(']') {
+        if (s.starts_with("[storage.") || s.starts_with("[celeborn.")) && s.ends_with(']') {
             return true;
         }
         match s.split_once(" = ") {

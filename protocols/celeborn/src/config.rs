@@ -51,6 +51,13 @@ pub struct CelebornConfig {
     /// Connections per port and requests in flight per connection, for each of the
     /// master's and worker's ports (`[celeborn.connections]`).
     pub connections: ConnectionLimits,
+    /// TLS on the master, worker rpc, push and fetch ports (`[celeborn.tls]`:
+    /// `cert` and `key`, PEM files). Clients then need
+    /// `spark.celeborn.ssl.rpc_service.enabled=true` (with auth; without it,
+    /// `rpc_app`) and `spark.celeborn.ssl.data.enabled=true`. The replicate
+    /// port stays plain. Default: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<switchyard_frame::server::tls::TlsFiles>,
 }
 
 impl Default for CelebornConfig {
@@ -69,6 +76,7 @@ impl Default for CelebornConfig {
             app_timeout: Duration::from_secs(300),
             connections: ConnectionLimits::default(),
             auth_enabled: false,
+            tls: None,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_frame::server::{serve, TransportBudget};
+use switchyard_frame::server::{serve, serve_tls, TransportBudget};
 use switchyard_storage::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -42,6 +42,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("celeborn.tls: {0}")]
+    Tls(#[from] switchyard_frame::server::tls::TlsError),
 }
 
 async fn bind(
@@ -62,6 +64,7 @@ impl CelebornNode {
         config: CelebornConfig,
         store: Arc<Store>,
     ) -> Result<CelebornNode, StartError> {
+        let tls = config.tls.as_ref().map(|t| t.acceptor()).transpose()?;
         let (master, master_addr) = bind("master", config.master_listen).await?;
         let (rpc, rpc_addr) = bind("worker rpc", config.worker_rpc_listen).await?;
         let (push, push_addr) = bind("worker push", config.worker_push_listen).await?;
@@ -92,7 +95,7 @@ impl CelebornNode {
         let budget = TransportBudget::new(&limits);
         let cancel = CancellationToken::new();
         let tasks = vec![
-            tokio::spawn(serve(
+            tokio::spawn(serve_tls(
                 master,
                 RpcPort::new(
                     MasterEndpoint::new(worker.clone()),
@@ -102,9 +105,10 @@ impl CelebornNode {
                 rpc_max,
                 limits,
                 budget.clone(),
+                tls.clone(),
                 cancel.clone(),
             )),
-            tokio::spawn(serve(
+            tokio::spawn(serve_tls(
                 rpc,
                 RpcPort::new(
                     super::worker::WorkerEndpoint::new(worker.clone()),
@@ -114,22 +118,25 @@ impl CelebornNode {
                 rpc_max,
                 limits,
                 budget.clone(),
+                tls.clone(),
                 cancel.clone(),
             )),
-            tokio::spawn(serve(
+            tokio::spawn(serve_tls(
                 push,
                 PushPort::new(worker.clone(), "push"),
                 max,
                 limits,
                 budget.clone(),
+                tls.clone(),
                 cancel.clone(),
             )),
-            tokio::spawn(serve(
+            tokio::spawn(serve_tls(
                 fetch,
                 FetchPort::new(worker.clone()),
                 max,
                 limits,
                 budget.clone(),
+                tls.clone(),
                 cancel.clone(),
             )),
             tokio::spawn(serve(

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -191,9 +191,51 @@ impl<M> Replier<M> {
     }
 }
 
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// An accepted connection, in plain TCP or TLS, split for the reader and
+/// the writer.
+pub(super) struct Stream {
+    read: ReadHalf,
+    write: WriteHalf,
+}
+
+impl Stream {
+    /// The connection as it is, or after a TLS handshake that must finish
+    /// within `timeout`.
+    pub(super) async fn accept(
+        stream: TcpStream,
+        tls: Option<&tokio_rustls::TlsAcceptor>,
+        timeout: Duration,
+    ) -> io::Result<Stream> {
+        match tls {
+            None => {
+                let (read, write) = stream.into_split();
+                Ok(Stream {
+                    read: Box::new(read),
+                    write: Box::new(write),
+                })
+            }
+            Some(acceptor) => {
+                let tls = tokio::time::timeout(timeout, acceptor.accept(stream))
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                let (read, write) = tokio::io::split(tls);
+                Ok(Stream {
+                    read: Box::new(read),
+                    write: Box::new(write),
+                })
+            }
+        }
+    }
+}
+
 /// Serves one connection until it closes, then waits for its handlers.
 pub(super) async fn run<M, H>(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     handler: Arc<H>,
     max_frame_size: usize,
@@ -207,7 +249,7 @@ pub(super) async fn run<M, H>(
     H: Handler<M>,
 {
     let labels = Labels::of::<M, H>(&handler);
-    let (read, write) = stream.into_split();
+    let Stream { read, write } = stream;
     let closed = cancel.child_token();
     let (tx, rx) = mpsc::channel(REPLY_QUEUE);
     let writer = tokio::spawn(write_replies(
@@ -306,7 +348,7 @@ async fn read_frames<M, H>(
 
 /// The read half of a connection and the frame it is reading.
 struct Reader<M: FrameMessage> {
-    read: OwnedReadHalf,
+    read: ReadHalf,
     buf: BytesMut,
     codec: FrameCodec<M>,
     /// (this connection's, the protocol's) frame-byte pools.
@@ -457,7 +499,7 @@ impl<M: FrameMessage> Reader<M> {
 /// memory read) is never copied into a frame buffer. A reply not written within
 /// `frame_timeout` (the peer stopped reading) closes the connection.
 async fn write_replies<M>(
-    mut write: OwnedWriteHalf,
+    mut write: WriteHalf,
     mut rx: mpsc::Receiver<Reply<M>>,
     closed: CancellationToken,
     frame_timeout: Duration,
@@ -491,6 +533,8 @@ async fn write_replies<M>(
             if !body.is_empty() {
                 write.write_all(&body).await?;
             }
+            // TLS keeps records until flushed (a no-op on plain TCP).
+            write.flush().await?;
             Ok::<_, io::Error>(())
         };
         let written = tokio::select! {

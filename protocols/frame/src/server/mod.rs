@@ -51,6 +51,7 @@ mod limits;
 mod session;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -110,6 +111,35 @@ pub async fn serve<M, H>(
     M::Error: fmt::Display + Send,
     H: Handler<M>,
 {
+    serve_tls(
+        listener,
+        handler,
+        max_frame_size,
+        limits,
+        budget,
+        None,
+        cancel,
+    )
+    .await
+}
+
+/// As [`serve`], with TLS on every connection when `tls` is given: the
+/// handshake must complete within `frame_timeout`, and a connection that
+/// does not speak TLS is closed.
+pub async fn serve_tls<M, H>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    max_frame_size: usize,
+    limits: ConnectionLimits,
+    budget: TransportBudget,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    cancel: CancellationToken,
+) where
+    M: FrameMessage + Send + 'static,
+    M::Kind: Send,
+    M::Error: fmt::Display + Send,
+    H: Handler<M>,
+{
     let labels = Labels::of::<M, H>(&handler);
     let max_connections = limits.max_connections.get().min(Semaphore::MAX_PERMITS);
     let places = Arc::new(Semaphore::new(max_connections));
@@ -161,9 +191,25 @@ pub async fn serve<M, H>(
         let handler = handler.clone();
         let cancel = cancel.clone();
         let budget = budget.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _open = Open::new(labels, place);
             let _peer = peer_place;
+            let stream = match connection::Stream::accept(
+                stream,
+                tls.as_ref(),
+                limits.frame_timeout,
+            )
+            .await
+            {
+                Ok(stream) => stream,
+                Err(e) => {
+                    metrics::counter!("switchyard_tls_handshake_failures_total", "protocol" => labels.protocol, "port" => labels.port)
+                        .increment(1);
+                    tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
             connection::run(
                 stream,
                 peer,

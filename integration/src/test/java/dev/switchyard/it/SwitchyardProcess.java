@@ -136,7 +136,13 @@ public final class SwitchyardProcess implements AutoCloseable {
    */
   public static SwitchyardProcess startWithCelebornAuth(String name, String memoryCapacity)
       throws IOException {
-    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, true, "", "");
+    return startWithCelebornAuth(name, memoryCapacity, "");
+  }
+
+  /** As {@link #startWithCelebornAuth(String, String)}, with whole TOML tables appended. */
+  public static SwitchyardProcess startWithCelebornAuth(
+      String name, String memoryCapacity, String extraToml) throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, true, "", extraToml);
     p.celebornAuth = true;
     try {
       p.launch();
