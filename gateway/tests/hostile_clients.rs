@@ -156,3 +156,43 @@ fn half_sent_frames_and_idle_connections_are_bounded() {
     assert!(node.is_running(), "{}", node.log_tail(40));
     well_behaved_clients_are_served(node);
 }
+
+/// A control message of empty repeated elements (two bytes each on the
+/// wire, a few hundred decoded): 32 MiB of ReserveSlots locations would
+/// decode into about 4 GB. It is refused before decoding, with a clear
+/// error, and the node's RSS does not move.
+#[test]
+fn amplifying_control_messages_are_refused_unread() {
+    let cluster = Cluster::start_with(1, ClusterOptions::default());
+    let node = cluster.node(1);
+    let pid = node.pid().unwrap();
+    let before = rss(pid);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt.block_on(async {
+        let rpc = Connection::connect(node.addr(9100)).await.unwrap();
+        let mut payload = Vec::with_capacity(32 << 20);
+        payload.extend_from_slice(&[0x0a, 0x03, b'a', b'p', b'p']);
+        while payload.len() < 32 << 20 {
+            payload.extend_from_slice(&[0x1a, 0x00]); // primaryLocations: {}
+        }
+        let tm = switchyard_celeborn::TransportMessage {
+            message_type: switchyard_celeborn::proto::MessageType::ReserveSlots as i32,
+            payload: Some(bytes::Bytes::from(payload)),
+            serde_version: None,
+        };
+        tokio::time::timeout(Duration::from_secs(30), rpc.ask("WorkerEndpoint", tm))
+            .await
+            .expect("answered in time")
+            .unwrap_err()
+            .to_string()
+    });
+    assert!(err.contains("MiB allowed"), "{err}");
+    let grown = rss(pid).saturating_sub(before);
+    // The 32 MiB frame itself is read; nothing is decoded from it.
+    assert!(grown < 100 << 20, "RSS grew by {} MiB", grown >> 20);
+    assert!(metric(node, "switchyard_decode_refused_total{") >= 1.0);
+    well_behaved_clients_are_served(node);
+}

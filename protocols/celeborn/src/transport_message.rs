@@ -33,6 +33,21 @@ impl SerdeVersion {
     }
 }
 
+/// Why a control message's payload did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error(transparent)]
+    Decode(#[from] prost::DecodeError),
+    /// Refused unread: it would decode into more than [`MAX_DECODE_COST`].
+    #[error("it would decode into about {cost_mib} MiB, more than the {limit_mib} MiB allowed")]
+    TooLarge { cost_mib: u64, limit_mib: u64 },
+}
+
+/// The most a control message may decode into: twice the default RPC
+/// frame limit. The stock clients' largest (packed slot lists, commit id
+/// lists of 100,000s of partitions) stay far below.
+pub const MAX_DECODE_COST: u64 = 128 << 20;
+
 /// One control message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportMessage {
@@ -70,8 +85,21 @@ impl TransportMessage {
     }
 
     /// Decodes the payload as `M` (a null payload decodes as the default message).
-    pub fn decode_payload<M: prost::Message + Default>(&self) -> Result<M, prost::DecodeError> {
-        M::decode(self.payload.clone().unwrap_or_default())
+    /// Decodes the payload, refusing one that would decode into more than
+    /// [`MAX_DECODE_COST`] (`switchyard_frame::proto_cost`): a control
+    /// message of many empty repeated elements must not allocate gigabytes.
+    pub fn decode_payload<M: prost::Message + Default>(&self) -> Result<M, PayloadError> {
+        let payload = self.payload.clone().unwrap_or_default();
+        let cost = switchyard_frame::proto_cost::decode_cost(&payload);
+        if cost > MAX_DECODE_COST {
+            metrics::counter!("switchyard_decode_refused_total", "protocol" => "celeborn")
+                .increment(1);
+            return Err(PayloadError::TooLarge {
+                cost_mib: cost >> 20,
+                limit_mib: MAX_DECODE_COST >> 20,
+            });
+        }
+        Ok(M::decode(payload)?)
     }
 
     /// The push/fetch-port form: `i32 type, i32 length, payload` (a null payload is
@@ -161,6 +189,39 @@ mod tests {
         assert_eq!(back, tm);
         let pb: PbBufferStreamEnd = back.decode_payload().unwrap();
         assert_eq!(pb.stream_id, 77);
+    }
+
+    #[test]
+    fn amplifying_payloads_are_refused_before_decoding() {
+        use crate::proto::{PbPartitionLocation, PbReserveSlots};
+        // ReserveSlots with 2M empty primary locations (field 3): 4 MB on
+        // the wire, about 0.5 GB once decoded.
+        let mut payload = vec![0x0a, 0x01, b'a'];
+        for _ in 0..2_000_000 {
+            payload.extend_from_slice(&[0x1a, 0x00]);
+        }
+        let tm = TransportMessage {
+            message_type: MessageType::ReserveSlots as i32,
+            payload: Some(Bytes::from(payload)),
+            serde_version: None,
+        };
+        let e = tm.decode_payload::<PbReserveSlots>().unwrap_err();
+        assert!(matches!(e, PayloadError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("MiB allowed"), "{e}");
+        // The same message with a realistic list decodes.
+        let ok = PbReserveSlots {
+            application_id: "a".into(),
+            primary_locations: (0..10_000)
+                .map(|id| PbPartitionLocation {
+                    id,
+                    host: "10.0.0.1".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let tm = TransportMessage::new(MessageType::ReserveSlots, &ok);
+        assert_eq!(tm.decode_payload::<PbReserveSlots>().unwrap(), ok);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod codec;
 mod error;
 mod fields;
 pub mod log_limit;
+pub mod proto_cost;
 pub mod server;
 pub mod traffic;
 

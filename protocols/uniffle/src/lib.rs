@@ -11,6 +11,7 @@
 
 pub mod bitmap;
 pub mod client;
+pub mod codec;
 pub mod config;
 pub mod coordinator;
 pub mod error;

@@ -36,7 +36,7 @@ pub enum CelebornError {
     BadPayload {
         message_type: i32,
         #[source]
-        source: prost::DecodeError,
+        source: crate::transport_message::PayloadError,
     },
     /// A message type this port or endpoint does not serve.
     #[error("{handler} does not handle message type {message_type}")]
