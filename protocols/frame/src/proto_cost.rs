@@ -81,8 +81,7 @@ mod tests {
     #[test]
     fn empty_repeated_elements_cost_what_they_decode_into() {
         // Field 2, length 0, a million times: 2 MB on the wire.
-        let wire: Vec<u8> = std::iter::repeat([0x12u8, 0x00])
-            .take(1_000_000)
+        let wire: Vec<u8> = std::iter::repeat_n([0x12u8, 0x00], 1_000_000)
             .flatten()
             .collect();
         assert_eq!(decode_cost(&wire), 1_000_000 * FIELD_COST);

@@ -85,8 +85,7 @@ mod tests {
     #[test]
     fn empty_elements_are_out_of_bounds_and_real_blocks_in() {
         use crate::proto::{ShuffleBlock, ShuffleData};
-        let empty: Vec<u8> = std::iter::repeat([0x12u8, 0x00])
-            .take(10_000_000)
+        let empty: Vec<u8> = std::iter::repeat_n([0x12u8, 0x00], 10_000_000)
             .flatten()
             .collect();
         assert!(!within_bound(&empty));
