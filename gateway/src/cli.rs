@@ -1,9 +1,10 @@
 //! Command line: `switchyard serve [--config FILE]`, `switchyard check-config
-//! FILE`, `switchyard ctl status|apps`, `switchyard bench ...`.
+//! FILE`, `switchyard import-config ...`, `switchyard ctl status|apps`,
+//! `switchyard bench ...`.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +28,13 @@ pub enum Command {
     /// TOML with secrets redacted. Exits 1 naming the key on an error.
     /// Binds nothing and writes nothing.
     CheckConfig(CheckConfigArgs),
+    /// Turn an existing Celeborn celeborn-defaults.conf and/or Uniffle
+    /// server.conf / coordinator.conf into a switchyard.toml holding only the
+    /// keys that map. The TOML goes to standard output (or -o FILE), a report
+    /// of what was mapped, ignored (and why) and in conflict to standard
+    /// error. The TOML is loaded as check-config would before it is written;
+    /// a value that cannot be converted exits 1 naming its key.
+    ImportConfig(ImportConfigArgs),
     /// Ask a running node over its admin HTTP.
     #[command(subcommand)]
     Ctl(CtlCommand),
@@ -70,6 +78,28 @@ pub struct CheckConfigArgs {
     /// Print nothing on success; only the exit status tells.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("input")
+        .required(true)
+        .multiple(true)
+        .args(["celeborn", "uniffle", "uniffle_coordinator"])
+))]
+pub struct ImportConfigArgs {
+    /// A Celeborn celeborn-defaults.conf (Master and Worker settings).
+    #[arg(long, value_name = "FILE")]
+    pub celeborn: Option<PathBuf>,
+    /// A Uniffle shuffle server's server.conf.
+    #[arg(long, value_name = "FILE")]
+    pub uniffle: Option<PathBuf>,
+    /// A Uniffle coordinator's coordinator.conf.
+    #[arg(long, value_name = "FILE")]
+    pub uniffle_coordinator: Option<PathBuf>,
+    /// Write the TOML to FILE instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,5 +182,40 @@ mod tests {
         };
         assert_eq!(args.admin, "http://10.0.0.1:1");
         assert!(args.json);
+    }
+
+    #[test]
+    fn import_config_needs_an_input() {
+        assert!(Cli::try_parse_from(["switchyard", "import-config"]).is_err());
+        assert!(Cli::try_parse_from(["switchyard", "import-config", "-o", "x.toml"]).is_err());
+        let cli = Cli::try_parse_from([
+            "switchyard",
+            "import-config",
+            "--uniffle",
+            "server.conf",
+            "--uniffle-coordinator",
+            "coordinator.conf",
+            "--celeborn",
+            "celeborn-defaults.conf",
+            "-o",
+            "out.toml",
+        ])
+        .unwrap();
+        let Command::ImportConfig(args) = cli.command else {
+            panic!("import-config expected")
+        };
+        assert_eq!(args.uniffle, Some(PathBuf::from("server.conf")));
+        assert_eq!(
+            args.uniffle_coordinator,
+            Some(PathBuf::from("coordinator.conf"))
+        );
+        assert_eq!(args.celeborn, Some(PathBuf::from("celeborn-defaults.conf")));
+        assert_eq!(args.output, Some(PathBuf::from("out.toml")));
+        let cli =
+            Cli::try_parse_from(["switchyard", "import-config", "--celeborn", "c.conf"]).unwrap();
+        let Command::ImportConfig(args) = cli.command else {
+            panic!("import-config expected")
+        };
+        assert!(args.uniffle.is_none() && args.output.is_none());
     }
 }

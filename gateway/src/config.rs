@@ -153,14 +153,21 @@ impl GatewayConfig {
         path: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
-        let mut config = match path {
+        let config = match path {
             Some(path) => Self::from_file(path)?,
             None => Self::default(),
         };
-        config.apply_env(env)?;
-        config.apply_host();
-        config.validate()?;
-        Ok(config)
+        config.finish(env)
+    }
+
+    /// What follows the file, for `serve`, `check-config` and the check of
+    /// `import-config`'s output alike: the environment overrides (read
+    /// through `env`), `node.host`, then every check.
+    pub fn finish(mut self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        self.apply_env(env)?;
+        self.apply_host();
+        self.validate()?;
+        Ok(self)
     }
 
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {

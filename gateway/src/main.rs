@@ -1,14 +1,17 @@
 //! `switchyard`: the gateway process. It owns config, the node's identity,
 //! logs, metrics, admin HTTP, the store, and the listeners of the Uniffle and
 //! Celeborn roles (`serve`); `switchyard check-config FILE` checks a config
-//! file without starting anything; `switchyard ctl ...` asks a running node
-//! over admin HTTP; `switchyard bench ...` runs the benchmarks.
+//! file without starting anything; `switchyard import-config ...` turns
+//! Celeborn and Uniffle config files into a Switchyard one; `switchyard ctl
+//! ...` asks a running node over admin HTTP; `switchyard bench ...` runs the
+//! benchmarks.
 
 mod admin;
 mod bench;
 mod cli;
 mod config;
 mod ctl;
+mod import_config;
 mod node;
 mod serve;
 mod telemetry;
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::CheckConfig(args) => run_check_config(args),
+        Command::ImportConfig(args) => import_config::run(args),
         Command::Ctl(command) => ctl::run(command),
         Command::Bench(bench) => run_bench(bench),
     };
