@@ -460,6 +460,27 @@ mod tests {
     }
 
     #[test]
+    fn the_netty_data_plane_turns_off_with_an_empty_address() {
+        let on = GatewayConfig::from_toml("").unwrap();
+        assert!(on.uniffle.server_netty_listen.is_some());
+        let off = GatewayConfig::from_toml("[uniffle]\nserver_netty_listen = \"\"\n").unwrap();
+        assert_eq!(off.uniffle.server_netty_listen, None);
+        let moved =
+            GatewayConfig::from_toml("[uniffle]\nserver_netty_listen = \"0.0.0.0:2\"\n").unwrap();
+        assert_eq!(
+            moved.uniffle.server_netty_listen,
+            Some("0.0.0.0:2".parse().unwrap())
+        );
+        // What check-config prints loads back the same.
+        let printed = toml::to_string(&off).unwrap();
+        assert!(
+            same(&GatewayConfig::from_toml(&printed).unwrap(), &off),
+            "{printed}"
+        );
+        assert!(GatewayConfig::from_toml("[uniffle]\nserver_netty_listen = \"nope\"\n").is_err());
+    }
+
+    #[test]
     fn empty_file_is_defaults() {
         let c = GatewayConfig::from_toml("").unwrap();
         assert!(same(&c, &GatewayConfig::default()));

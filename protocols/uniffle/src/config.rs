@@ -20,7 +20,8 @@ pub struct UniffleConfig {
     /// The shuffle server's gRPC address, advertised through the coordinator.
     pub server_grpc_listen: SocketAddr,
     /// The shuffle server's Netty data-plane address (`GRPC_NETTY` clients);
-    /// absent disables it.
+    /// `""` (the empty string) turns it off. Default `127.0.0.1:19996`.
+    #[serde(with = "address_or_off")]
     pub server_netty_listen: Option<SocketAddr>,
     /// Host or IP that clients use to reach this node. Default: the listen IP,
     /// or the first non-loopback address when listening on 0.0.0.0.
@@ -83,5 +84,31 @@ impl Default for UniffleConfig {
             connections: ConnectionLimits::default(),
             registration_secret: None,
         }
+    }
+}
+
+/// An address, or `""` for none: a key left out takes its default (on), so
+/// turning a listener off needs a value of its own.
+mod address_or_off {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(addr) => s.collect_str(addr),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        text.trim()
+            .parse()
+            .map(Some)
+            .map_err(serde::de::Error::custom)
     }
 }
