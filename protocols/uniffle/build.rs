@@ -18,10 +18,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The vendored include dir provides google/protobuf/{empty,wrappers}.proto.
     let wkt_include = protoc_bin_vendored::include_path()?;
-    // The services decode with a codec that bounds what a request may decode
-    // into (src/codec.rs).
-    tonic_prost_build::configure()
-        .codec_path("crate::codec::BoundedCodec")
-        .compile_with_config(cfg, &[proto], &[proto_dir, wkt_include])?;
+    tonic_prost_build::configure().compile_with_config(cfg, &[proto], &[proto_dir, wkt_include])?;
     Ok(())
 }

@@ -361,6 +361,21 @@ pub struct AppConfig {
     /// (`/api/v1/migration`). Default 24 h; at most 10,000 are kept.
     #[serde(with = "humantime_serde")]
     pub history_retention: Duration,
+    /// Quota: the most shuffle data one application may hold (in every
+    /// tier, until its shuffles are removed). Beyond it its writes are
+    /// refused through the protocol's own channel. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_app_bytes: Option<ByteSize>,
+    /// Quota: the most partitions one application may hold. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_app_partitions: Option<u64>,
+    /// Quota: the most shuffle data the applications of one user may hold
+    /// together (the user a client names: Uniffle's registerShuffle,
+    /// Celeborn's user identifier). Checked when a shuffle is set up
+    /// (Uniffle's registerShuffle and requireBuffer, Celeborn's CheckQuota).
+    /// Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_user_bytes: Option<ByteSize>,
 }
 
 impl Default for AppConfig {
@@ -370,6 +385,9 @@ impl Default for AppConfig {
             expiry_check_interval: Duration::from_secs(10),
             tombstone_retention: Duration::from_secs(3600),
             history_retention: Duration::from_secs(24 * 3600),
+            max_app_bytes: None,
+            max_app_partitions: None,
+            max_user_bytes: None,
         }
     }
 }

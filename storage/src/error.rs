@@ -18,6 +18,15 @@ pub enum StorageError {
     /// A single request larger than the whole memory budget can never succeed.
     #[error("request of {requested} bytes exceeds the memory budget of {capacity} bytes")]
     TooLarge { requested: u64, capacity: u64 },
+    /// A quota (`storage.apps.max_*`) would be passed: the write or the new
+    /// shuffle is refused, nothing else changes.
+    #[error("{who} is at its quota of {limit} {what} ({used} held)")]
+    QuotaExceeded {
+        who: String,
+        what: &'static str,
+        limit: u64,
+        used: u64,
+    },
     #[error("unknown application {0}")]
     UnknownApp(String),
     #[error("unknown partition {0}")]

@@ -32,6 +32,10 @@ pub(crate) struct Partition {
 pub(crate) struct AppTally {
     pub written: AtomicU64,
     pub read: AtomicU64,
+    /// Data bytes appended and not yet removed (the byte quota's measure).
+    pub held: AtomicU64,
+    /// Partitions created and not yet removed (the partition quota's).
+    pub partitions: AtomicU64,
 }
 
 impl Partition {
@@ -95,6 +99,8 @@ pub(crate) struct App {
     pub registered_unix_ms: u64,
     /// The client, as its front end describes it ([`crate::Store::set_app_client`]).
     pub client: Mutex<Option<String>>,
+    /// The user it runs as, as the client names it ([`crate::Store::set_app_user`]).
+    pub user: Mutex<Option<String>>,
 }
 
 impl App {
@@ -107,6 +113,7 @@ impl App {
             tally: Arc::default(),
             registered_unix_ms: crate::ledger::unix_ms(),
             client: Mutex::new(None),
+            user: Mutex::new(None),
         }
     }
 

@@ -233,6 +233,76 @@ impl Store {
         }
     }
 
+    /// Names the user an application runs as (for `apps.max_user_bytes`).
+    pub fn set_app_user(&self, app: &str, user: &str) {
+        if let Some(a) = self.apps.get(app) {
+            let mut current = a.user.lock();
+            if current.as_deref() != Some(user) {
+                *current = Some(user.to_string());
+            }
+        }
+    }
+
+    /// Whether the application, and its user, may set up more: refused with
+    /// [`StorageError::QuotaExceeded`] when either holds its quota of bytes.
+    /// (Appends check the application's own quota each time.)
+    pub fn check_quota(&self, app: &str) -> Result<()> {
+        let Some(a) = self.apps.get(app).map(|a| a.clone()) else {
+            return Ok(());
+        };
+        if let Some(limit) = self.config.apps.max_app_bytes {
+            let used = a.tally.held.load(Ordering::Relaxed);
+            if used >= limit.as_u64() {
+                return Err(self.quota_refused(
+                    format!("application {app}"),
+                    "bytes",
+                    limit.as_u64(),
+                    used,
+                ));
+            }
+        }
+        let user = a.user.lock().clone();
+        drop(a);
+        match user {
+            Some(user) => self.check_user_quota(&user),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a user's applications hold less than `apps.max_user_bytes`
+    /// together.
+    pub fn check_user_quota(&self, user: &str) -> Result<()> {
+        let Some(limit) = self.config.apps.max_user_bytes else {
+            return Ok(());
+        };
+        let used: u64 = self
+            .apps
+            .iter()
+            .filter(|other| other.user.lock().as_deref() == Some(user))
+            .map(|other| other.tally.held.load(Ordering::Relaxed))
+            .sum();
+        if used >= limit.as_u64() {
+            return Err(self.quota_refused(format!("user {user}"), "bytes", limit.as_u64(), used));
+        }
+        Ok(())
+    }
+
+    fn quota_refused(
+        &self,
+        who: String,
+        what: &'static str,
+        limit: u64,
+        used: u64,
+    ) -> StorageError {
+        metrics::counter!("switchyard_quota_refusals_total", "quota" => what).increment(1);
+        StorageError::QuotaExceeded {
+            who,
+            what,
+            limit,
+            used,
+        }
+    }
+
     /// Every live application's figures, then those of applications removed
     /// within `apps.history_retention` (oldest removal first).
     pub fn app_history(&self) -> Vec<AppRecord> {
@@ -306,11 +376,25 @@ impl Store {
             .entry(key.shuffle)
             .or_insert_with(|| Arc::new(Shuffle::default()))
             .clone();
-        let p = shuffle
-            .partitions
-            .entry(key.local())
-            .or_insert_with(|| Arc::new(Partition::new(key.clone(), app.tally.clone())))
-            .clone();
+        let p = match shuffle.partitions.entry(key.local()) {
+            dashmap::Entry::Occupied(e) => e.get().clone(),
+            dashmap::Entry::Vacant(v) => {
+                if let Some(limit) = self.config.apps.max_app_partitions {
+                    let used = app.tally.partitions.load(Ordering::Relaxed);
+                    if used >= limit {
+                        return Err(self.quota_refused(
+                            format!("application {}", key.app),
+                            "partitions",
+                            limit,
+                            used,
+                        ));
+                    }
+                }
+                app.tally.partitions.fetch_add(1, Ordering::Relaxed);
+                v.insert(Arc::new(Partition::new(key.clone(), app.tally.clone())))
+                    .clone()
+            }
+        };
         Ok(p)
     }
 
@@ -349,6 +433,17 @@ impl Store {
         }
         let charge: u64 = blocks.iter().map(Block::charge).sum();
         let bytes: u64 = blocks.iter().map(Block::len).sum();
+        if let Some(limit) = self.config.apps.max_app_bytes {
+            let used = partition.tally.held.load(Ordering::Relaxed);
+            if used.saturating_add(bytes) > limit.as_u64() {
+                return Err(self.quota_refused(
+                    format!("application {}", key.app),
+                    "bytes",
+                    limit.as_u64(),
+                    used,
+                ));
+            }
+        }
         let covered = reservation.map(|r| r.consume(charge)).unwrap_or(0);
         if covered < charge {
             if let Err(e) = self.budget.try_charge(charge - covered) {
@@ -380,6 +475,7 @@ impl Store {
         };
         partition.received_bytes.fetch_add(bytes, Ordering::Relaxed);
         partition.tally.written.fetch_add(bytes, Ordering::Relaxed);
+        partition.tally.held.fetch_add(bytes, Ordering::Relaxed);
         partition
             .received_blocks
             .fetch_add(count, Ordering::Relaxed);
@@ -730,6 +826,20 @@ impl Store {
 
     async fn purge_shuffle(&self, app: &AppId, shuffle: i32, s: &Shuffle) {
         let partitions: Vec<Arc<Partition>> = s.partitions.iter().map(|p| p.clone()).collect();
+        // What the shuffle held leaves its application's quota.
+        if let Some(first) = partitions.first() {
+            let bytes: u64 = partitions
+                .iter()
+                .map(|p| p.received_bytes.load(Ordering::Relaxed))
+                .sum();
+            let sub = |counter: &AtomicU64, n: u64| {
+                let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(n))
+                });
+            };
+            sub(&first.tally.held, bytes);
+            sub(&first.tally.partitions, partitions.len() as u64);
+        }
         for p in &partitions {
             let staged = {
                 let mut buf = p.buffer.lock();

@@ -1490,3 +1490,70 @@ async fn commit_fails_in_bounded_time_with_no_writable_tier() {
     assert_eq!(env.store.partition_stats(&key).unwrap().disk_bytes, 0);
     assert!(env.store.partition_stats(&key).unwrap().memory_bytes > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_at_its_quota_gets_check_quota_false_and_no_slots() {
+    let env = start_tuned(64 << 20, 1 << 20, None, |sc, _| {
+        sc.apps.max_user_bytes = Some(ByteSize::kib(4));
+    })
+    .await;
+    let master = Connection::connect(env.node.addrs.master).await.unwrap();
+    let user = PbUserIdentifier {
+        tenant_id: "t1".into(),
+        name: "alice".into(),
+    };
+    let check = || async {
+        let r = master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::CheckQuota,
+                    &PbCheckQuota {
+                        user_identifier: Some(user.clone()),
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        decode::<PbCheckQuotaResponse>(&r).unwrap()
+    };
+    let slots = |shuffle: i32| {
+        let master = &master;
+        let user = user.clone();
+        async move {
+            let r = master
+                .ask(
+                    endpoint::MASTER,
+                    TransportMessage::new(
+                        MessageType::RequestSlots,
+                        &PbRequestSlots {
+                            application_id: "quota-app".into(),
+                            shuffle_id: shuffle,
+                            partition_id_list: vec![0],
+                            user_identifier: Some(user),
+                            ..Default::default()
+                        },
+                    ),
+                )
+                .await
+                .unwrap();
+            decode::<PbRequestSlotsResponse>(&r).unwrap().status
+        }
+    };
+    let lm = Lm::start(&env, "quota-app", 0, 1, 1 << 30, 0).await;
+    assert!(check().await.available);
+    assert_eq!(slots(0).await, 0);
+    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+        .await
+        .unwrap();
+    let r = push
+        .push("quota-app-0", "0-0", batch(0, 0, 1, &data(0, 1, 5000)))
+        .await
+        .unwrap();
+    assert!(r.is_empty());
+    let over = check().await;
+    assert!(!over.available);
+    assert!(over.reason.contains("user t1.alice"), "{}", over.reason);
+    assert_eq!(slots(1).await, StatusCode::SlotNotAvailable.as_i32());
+    drop(lm);
+}

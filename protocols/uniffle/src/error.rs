@@ -26,6 +26,10 @@ pub enum UniffleError {
     ShuffleRemoved { app: String, shuffle: i32 },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The application or its user holds its quota (`storage.apps.max_*`):
+    /// ACCESS_DENIED, which the client does not retry.
+    #[error("{0}")]
+    Quota(String),
     #[error(transparent)]
     Storage(StorageError),
 }
@@ -38,6 +42,7 @@ impl From<StorageError> for UniffleError {
             StorageError::ShuffleRemoved { app, shuffle } => {
                 UniffleError::ShuffleRemoved { app, shuffle }
             }
+            e @ StorageError::QuotaExceeded { .. } => UniffleError::Quota(e.to_string()),
             other => UniffleError::Storage(other),
         }
     }
@@ -52,6 +57,7 @@ impl UniffleError {
             | UniffleError::ShuffleRemoved { .. } => StatusCode::NoRegister,
             UniffleError::NoBuffer(_) => StatusCode::NoBuffer,
             UniffleError::InvalidRequest(_) => StatusCode::InvalidRequest,
+            UniffleError::Quota(_) => StatusCode::AccessDenied,
             UniffleError::UnknownTicket(_) | UniffleError::Storage(_) => StatusCode::InternalError,
         }
     }

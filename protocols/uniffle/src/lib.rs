@@ -11,7 +11,6 @@
 
 pub mod bitmap;
 pub mod client;
-pub mod codec;
 pub mod config;
 pub mod coordinator;
 pub mod error;

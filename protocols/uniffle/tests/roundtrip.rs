@@ -815,3 +815,53 @@ async fn finish_shuffle_fails_in_bounded_time_with_no_writable_tier() {
         "still in memory"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_at_its_quota_is_refused_with_access_denied() {
+    let env = start_with(64 << 20, |c| {
+        c.apps.max_app_bytes = Some(ByteSize::kib(100));
+    })
+    .await;
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    s.register_shuffle("quota-app", 0, &[(0, 1)]).await.unwrap();
+    s.register_shuffle("other-app", 0, &[(0, 1)]).await.unwrap();
+    let blocks = |seq: i64, len: usize| {
+        vec![(
+            0,
+            vec![ClientBlock::new(block_id(seq, 0, 1), 1, data(seq, len))],
+        )]
+    };
+    s.send("quota-app", 0, blocks(0, 90 << 10)).await.unwrap();
+    let denied = |e: switchyard_uniffle::client::ClientError| {
+        let text = e.to_string();
+        assert!(
+            text.contains("ACCESS_DENIED") || text.contains("AccessDenied"),
+            "{text}"
+        );
+        assert!(text.contains("quota"), "{text}");
+    };
+    // 90 + 20 KiB passes the 100 KiB quota: the send is refused.
+    denied(
+        s.send("quota-app", 0, blocks(1, 20 << 10))
+            .await
+            .unwrap_err(),
+    );
+    // Another application is not held back.
+    s.send("other-app", 0, blocks(2, 90 << 10)).await.unwrap();
+    // At the quota, requireBuffer and new shuffles are refused too.
+    s.send("quota-app", 0, blocks(3, 10 << 10)).await.unwrap();
+    denied(s.send("quota-app", 0, blocks(4, 1)).await.unwrap_err());
+    denied(
+        s.register_shuffle("quota-app", 1, &[(0, 1)])
+            .await
+            .unwrap_err(),
+    );
+    // Unregistering the shuffle gives the bytes back.
+    s.unregister_app("other-app").await.unwrap();
+    let mut admin = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    admin.unregister_app("quota-app").await.unwrap();
+}

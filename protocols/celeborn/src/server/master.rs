@@ -82,13 +82,27 @@ impl Endpoint for MasterEndpoint {
                     &self.request_slots(r),
                 ))
             }
-            Some(MessageType::CheckQuota) => Ok(TransportMessage::new(
-                MessageType::CheckQuotaResponse,
-                &PbCheckQuotaResponse {
-                    available: true,
-                    reason: String::new(),
-                },
-            )),
+            Some(MessageType::CheckQuota) => {
+                let r: PbCheckQuota = decode(&tm)?;
+                // The user's quota (`storage.apps.max_user_bytes`); the
+                // client fails (or falls back) on `available: false`.
+                let reply = match user_key(r.user_identifier.as_ref())
+                    .map_or(Ok(()), |user| store.check_user_quota(&user))
+                {
+                    Ok(()) => PbCheckQuotaResponse {
+                        available: true,
+                        reason: String::new(),
+                    },
+                    Err(e) => PbCheckQuotaResponse {
+                        available: false,
+                        reason: e.to_string(),
+                    },
+                };
+                Ok(TransportMessage::new(
+                    MessageType::CheckQuotaResponse,
+                    &reply,
+                ))
+            }
             Some(MessageType::CheckWorkersAvailable) => Ok(TransportMessage::new(
                 MessageType::CheckWorkersAvailableResponse,
                 &PbCheckWorkersAvailableResponse {
@@ -152,6 +166,18 @@ impl MasterEndpoint {
                 ..Default::default()
             };
         }
+        let app = super::worker::stored_app(&r.application_id);
+        if let Some(user) = user_key(r.user_identifier.as_ref()) {
+            self.worker.store.set_app_user(&app, &user);
+        }
+        // An application (or user) at its quota gets no more slots.
+        if let Err(e) = self.worker.store.check_quota(&app) {
+            tracing::warn!(app = %r.application_id, error = %e, "no slots: quota");
+            return PbRequestSlotsResponse {
+                status: StatusCode::SlotNotAvailable.as_i32(),
+                ..Default::default()
+            };
+        }
         if r.should_replicate {
             tracing::warn!(app = %r.application_id, "replication asked, but this cluster has one worker: primaries only");
         }
@@ -197,4 +223,14 @@ impl MasterEndpoint {
             packed_worker_resource: Default::default(),
         }
     }
+}
+
+/// A Celeborn user as the quota counts it: `tenant.name`, as upstream's
+/// UserIdentifier prints it; none when the client sends no name.
+fn user_key(id: Option<&PbUserIdentifier>) -> Option<String> {
+    let id = id?;
+    if id.name.is_empty() || id.name.len() + id.tenant_id.len() > 256 {
+        return None;
+    }
+    Some(format!("{}.{}", id.tenant_id, id.name))
 }

@@ -158,6 +158,8 @@ impl ShuffleServerCore {
         // blocks and reports are gone, and a reader must not be told less.
         self.store.check_shuffle_alive(&stored(app), shuffle)?;
         self.store.register_app(&stored(app));
+        // An application (or user) at its quota sets up nothing more.
+        self.store.check_quota(&stored(app))?;
         let state = self.apps.entry(app.to_string()).or_default().clone();
         let existing = state.shuffles.get(&shuffle).map(|s| s.clone());
         if let Some(s) = &existing {
@@ -181,6 +183,14 @@ impl ShuffleServerCore {
             .store(stage_attempt, std::sync::atomic::Ordering::Release);
         s.add_ranges(ranges);
         Ok(true)
+    }
+
+    /// Names the user an application runs as (registerShuffle's `user`),
+    /// for the per-user quota.
+    pub fn set_user(&self, app: &str, user: &str) {
+        if !user.is_empty() && user.len() <= 256 {
+            self.store.set_app_user(&stored(app), user);
+        }
     }
 
     pub fn heartbeat(&self, app: &str) -> Result<()> {
@@ -222,6 +232,7 @@ impl ShuffleServerCore {
         }
         if !app.is_empty() {
             self.shuffle(app, shuffle)?;
+            self.store.check_quota(&stored(app))?;
         }
         let reservation = self.store.reserve(size as u64)?;
         request.ok();

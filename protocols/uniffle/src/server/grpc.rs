@@ -47,6 +47,9 @@ impl ShuffleServer for ShuffleServerService {
             .core
             .register_shuffle(&r.app_id, r.shuffle_id, ranges, 0)
             .await;
+        if result.is_ok() {
+            self.core.set_user(&r.app_id, &r.user);
+        }
         let (status, ret_msg) = outcome(&result, "registerShuffle");
         Ok(Response::new(ShuffleRegisterResponse { status, ret_msg }))
     }
