@@ -113,6 +113,17 @@ pub enum CtlCommand {
     /// recently removed), which protocol and client moved how many bytes, and
     /// the bytes per protocol per hour.
     Migration(CtlArgs),
+    /// The shuffles of one application (every protocol that has that id):
+    /// partitions, committed ones, bytes written and per tier.
+    Shuffles(ShufflesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShufflesArgs {
+    /// The application id, as its client names it (or `<protocol>/<id>`).
+    pub app: String,
+    #[command(flatten)]
+    pub ctl: CtlArgs,
 }
 
 #[derive(Debug, Args)]

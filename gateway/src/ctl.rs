@@ -21,16 +21,21 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn run(command: CtlCommand) -> anyhow::Result<()> {
     type Render = fn(&Value) -> String;
-    let (args, path, render): (CtlArgs, &str, Render) = match command {
-        CtlCommand::Status(args) => (args, "/api/v1/status", render_status),
-        CtlCommand::Apps(args) => (args, "/api/v1/status", render_apps),
-        CtlCommand::Migration(args) => (args, "/api/v1/migration", render_migration),
+    let (args, path, render): (CtlArgs, String, Render) = match command {
+        CtlCommand::Status(args) => (args, "/api/v1/status".into(), render_status),
+        CtlCommand::Apps(args) => (args, "/api/v1/status".into(), render_apps),
+        CtlCommand::Migration(args) => (args, "/api/v1/migration".into(), render_migration),
+        CtlCommand::Shuffles(args) => (
+            args.ctl,
+            format!("/api/v1/shuffles?app={}", query_escape(&args.app)),
+            render_shuffles,
+        ),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
-    let (url, body) = runtime.block_on(admin_get(&args.admin, path))?;
+    let (url, body) = runtime.block_on(admin_get(&args.admin, &path))?;
     if args.json {
         println!("{}", body.trim_end());
         return Ok(());
@@ -340,6 +345,56 @@ pub fn render_apps(s: &Value) -> String {
         ],
         &rows,
     )
+}
+
+/// Percent-encodes a query value.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub fn render_shuffles(v: &Value) -> String {
+    let mut out = String::new();
+    for app in v.as_array().map(|a| a.as_slice()).unwrap_or_default() {
+        let _ = writeln!(out, "{} ({})", text(&app["id"]), text(&app["protocol"]));
+        let rows: Vec<Vec<String>> = app["shuffles"]
+            .as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                let b = &s["bytes"];
+                vec![
+                    text(&s["id"]),
+                    text(&s["partitions"]),
+                    text(&s["sealed"]),
+                    bytes(&s["written_bytes"]),
+                    bytes(&b["memory"]),
+                    bytes(&b["disk"]),
+                    bytes(&b["cold"]),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "SHUFFLE",
+                "PARTITIONS",
+                "COMMITTED",
+                "WRITTEN",
+                "MEMORY",
+                "DISK",
+                "COLD",
+            ],
+            &rows,
+        ));
+    }
+    out
 }
 
 /// Unix milliseconds as `YYYY-MM-DD HH:MM` UTC.

@@ -157,6 +157,32 @@ fn ctl_apps_and_migration_show_protocols_clients_and_bytes() {
     assert_eq!(report["protocols"]["uniffle"]["live"], 1);
     assert_eq!(report["protocols"]["uniffle"]["written_bytes"], 4 * 65536);
 
+    // ctl shuffles: the live Uniffle application's one shuffle, 4 partitions
+    // of 64 KiB each in memory.
+    let shuffles = String::from_utf8(
+        switchyard(&["ctl", "shuffles", "mig-uniffle-1", "--admin", &admin]).stdout,
+    )
+    .unwrap();
+    assert!(
+        shuffles.starts_with("uniffle/mig-uniffle-1 (uniffle)"),
+        "{shuffles}"
+    );
+    let row = shuffles.lines().nth(2).unwrap_or_default();
+    assert!(row.starts_with("0 "), "{shuffles}");
+    assert!(
+        row.contains(" 4 ") && row.contains("256.0 KiB"),
+        "{shuffles}"
+    );
+    let mut cmd = Command::new(BIN);
+    common::clear_switchyard_env(&mut cmd);
+    let out = cmd
+        .args(["ctl", "shuffles", "nobody", "--admin", &admin])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("404"), "{stderr}");
+
     let text =
         String::from_utf8(switchyard(&["ctl", "migration", "--admin", &admin]).stdout).unwrap();
     for want in [

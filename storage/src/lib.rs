@@ -44,6 +44,6 @@ pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
 pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;
-pub use status::{StoreStatus, TierBytes};
+pub use status::{ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
 pub use view::{Chunk, PartitionView, Run, SelectedView, Selection};

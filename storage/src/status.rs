@@ -73,6 +73,18 @@ pub struct OperationCounts {
     pub removed_apps_remembered: u64,
 }
 
+/// One shuffle of an application (`switchyard ctl shuffles`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ShuffleStatus {
+    pub id: i32,
+    pub partitions: usize,
+    /// Partitions that take no more appends (committed).
+    pub sealed: usize,
+    /// Data bytes appended to it.
+    pub written_bytes: u64,
+    pub bytes: TierBytes,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct AppStatus {
     pub id: String,
@@ -88,6 +100,36 @@ pub struct AppStatus {
 }
 
 impl Store {
+    /// The shuffles of an application, by id; None if it is unknown.
+    pub fn shuffle_status(&self, app: &str) -> Option<Vec<ShuffleStatus>> {
+        let a = self.apps.get(app)?.clone();
+        let mut out: Vec<ShuffleStatus> = a
+            .shuffles
+            .iter()
+            .map(|s| {
+                let mut bytes = TierBytes::default();
+                let (mut sealed, mut written) = (0, 0);
+                for p in s.partitions.iter() {
+                    let (m, d, c) = p.tier_bytes();
+                    bytes.memory += m;
+                    bytes.disk += d;
+                    bytes.cold += c;
+                    sealed += usize::from(p.sealed.load(Ordering::Acquire));
+                    written += p.received_bytes.load(Ordering::Relaxed);
+                }
+                ShuffleStatus {
+                    id: *s.key(),
+                    partitions: s.partitions.len(),
+                    sealed,
+                    written_bytes: written,
+                    bytes,
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.id);
+        Some(out)
+    }
+
     pub fn status(&self) -> StoreStatus {
         let now = self.now_ms();
         let mut applications = Vec::new();

@@ -40,6 +40,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/status", get(status))
         .route("/api/v1/throughput", get(throughput))
         .route("/api/v1/migration", get(migration))
+        .route("/api/v1/shuffles", get(shuffles))
         .merge(page::routes())
         .with_state(state)
 }
@@ -98,4 +99,52 @@ async fn throughput(State(state): State<AdminState>) -> Json<throughput::History
 
 async fn migration(State(state): State<AdminState>) -> Json<migration::MigrationReport> {
     Json(migration::report(&state.store, &state.throughput))
+}
+
+#[derive(serde::Deserialize)]
+struct ShufflesQuery {
+    /// The client's application id (any protocol), or the store's
+    /// `<protocol>/<id>`.
+    app: String,
+}
+
+#[derive(Serialize)]
+struct AppShuffles {
+    /// The store's id.
+    id: String,
+    protocol: &'static str,
+    shuffles: Vec<switchyard_storage::ShuffleStatus>,
+}
+
+/// `GET /api/v1/shuffles?app=ID`: the shuffles of every application of
+/// that id (one per protocol that has it); 404 when none has.
+async fn shuffles(
+    State(state): State<AdminState>,
+    axum::extract::Query(q): axum::extract::Query<ShufflesQuery>,
+) -> axum::response::Response {
+    let mut found = Vec::new();
+    for record in state.store.app_history() {
+        if record.removed.is_some() {
+            continue;
+        }
+        let (protocol, id) = migration::protocol_of(&record.id, record.client.as_deref());
+        if record.id != q.app && id != q.app {
+            continue;
+        }
+        if let Some(shuffles) = state.store.shuffle_status(&record.id) {
+            found.push(AppShuffles {
+                id: record.id,
+                protocol,
+                shuffles,
+            });
+        }
+    }
+    if found.is_empty() {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("no application {:?} on this node", q.app),
+        )
+            .into_response();
+    }
+    Json(found).into_response()
 }
