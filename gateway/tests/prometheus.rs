@@ -378,7 +378,10 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
             "/api/v1/series?match[]={}",
             encode(&format!("{{__name__=\"{name}\"}}"))
         ));
-        if series.as_array().is_none_or(|s| s.is_empty()) {
+        // A histogram of waits exists only once an append waited, which
+        // the overload may or may not cause on a given run.
+        let event_only = name.starts_with("switchyard_memory_wait_seconds");
+        if !event_only && series.as_array().is_none_or(|s| s.is_empty()) {
             missing.push(name.clone());
         }
     }
