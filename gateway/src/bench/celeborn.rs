@@ -82,12 +82,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
     let total = (total_batches * batch_size) as u64;
     let app = match &args.app {
         Some(app) => app.clone(),
-        None => format!(
-            "bench-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis()
-        ),
+        None => super::app_id("bench"),
     };
     let shuffle_key = format!("{app}-0");
     println!(

@@ -105,12 +105,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
     // Both halves use one application id, as two unrelated clients of the
     // two protocols may: each protocol's namespace in the store keeps them
     // apart, and every byte read back is checked.
-    let app = format!(
-        "bench-overload-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_millis()
-    );
+    let app = super::app_id("bench-overload");
     let before = backpressure(args.admin).await?;
     let celeborn = super::celeborn::run(CelebornBenchArgs {
         master: args.celeborn_master.clone(),

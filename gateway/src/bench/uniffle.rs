@@ -62,12 +62,7 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let total = (total_blocks * block_size) as u64;
     let app = match &args.app {
         Some(app) => app.clone(),
-        None => format!(
-            "bench-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis()
-        ),
+        None => super::app_id("bench"),
     };
     println!(
         "uniffle bench: {} in {} blocks of {} over {} partitions, {} mappers, {:?}, coordinator {}",
