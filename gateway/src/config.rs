@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 use switchyard_celeborn::CelebornConfig;
+use switchyard_cluster::{ClusterConfig, Role};
 use switchyard_storage::StoreConfig;
 use switchyard_uniffle::UniffleConfig;
 use tracing_subscriber::EnvFilter;
@@ -61,6 +62,8 @@ pub struct GatewayConfig {
     pub uniffle: UniffleConfig,
     /// The Celeborn master and worker roles.
     pub celeborn: CelebornConfig,
+    /// This node's roles and its fleet's coordinators.
+    pub cluster: ClusterConfig,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +169,7 @@ impl GatewayConfig {
     pub fn finish(mut self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         self.apply_env(env)?;
         self.apply_host();
+        self.apply_roles();
         self.validate()?;
         Ok(self)
     }
@@ -270,6 +274,11 @@ impl GatewayConfig {
         {
             follow(addr, default, host);
         }
+        follow(
+            &mut self.cluster.listen,
+            ClusterConfig::default().listen,
+            host,
+        );
         let c = &mut self.celeborn;
         follow(&mut c.master_listen, celeborn.master_listen, host);
         follow(&mut c.worker_rpc_listen, celeborn.worker_rpc_listen, host);
@@ -308,16 +317,37 @@ impl GatewayConfig {
             .connections
             .validate()
             .map_err(|e| anyhow::anyhow!("invalid [celeborn.connections]: {e}"))?;
+        self.cluster
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid [cluster]: {e}"))?;
         self.check_listen_addresses()?;
         Ok(())
+    }
+
+    /// Gives the protocol roles this node's `cluster.roles`.
+    pub fn apply_roles(&mut self) {
+        let coordinator = self.cluster.has(Role::Coordinator);
+        self.uniffle.coordinator_role = coordinator;
+        self.celeborn.master_role = coordinator;
+        // One liveness view for both protocols: in a fleet, a worker is lost
+        // to Uniffle clients when it is lost to Celeborn's.
+        if self.cluster.is_fleet() {
+            self.uniffle.node_timeout = self.cluster.worker_timeout;
+        }
     }
 
     /// Every listen address of an enabled role, with its key.
     pub fn listen_addresses(&self) -> Vec<(&'static str, SocketAddr)> {
         let mut all = vec![("admin.listen", self.admin.listen)];
         let u = &self.uniffle;
+        let coordinator = self.cluster.has(Role::Coordinator);
+        if coordinator && self.cluster.is_fleet() {
+            all.push(("cluster.listen", self.cluster.listen));
+        }
         if u.enabled {
-            all.push(("uniffle.coordinator_listen", u.coordinator_listen));
+            if coordinator {
+                all.push(("uniffle.coordinator_listen", u.coordinator_listen));
+            }
             all.push(("uniffle.server_grpc_listen", u.server_grpc_listen));
             if let Some(addr) = u.server_netty_listen {
                 all.push(("uniffle.server_netty_listen", addr));
@@ -325,7 +355,9 @@ impl GatewayConfig {
         }
         let c = &self.celeborn;
         if c.enabled {
-            all.push(("celeborn.master_listen", c.master_listen));
+            if coordinator {
+                all.push(("celeborn.master_listen", c.master_listen));
+            }
             all.push(("celeborn.worker_rpc_listen", c.worker_rpc_listen));
             all.push(("celeborn.worker_push_listen", c.worker_push_listen));
             all.push(("celeborn.worker_fetch_listen", c.worker_fetch_listen));

@@ -165,14 +165,16 @@ pub struct NodeStatus {
 pub struct UniffleStatus {
     /// `ShuffleServerId.id` sent to coordinators and clients: the node id.
     pub server_id: String,
-    pub coordinator: String,
+    /// None without the coordinator role.
+    pub coordinator: Option<String>,
     pub server_grpc: String,
     pub server_netty: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct CelebornStatus {
-    pub master: String,
+    /// None without the master role.
+    pub master: Option<String>,
     /// Celeborn's worker identity, `host:rpc:push:fetch:replicate`; the wire
     /// has no field for the node id.
     pub worker_id: String,
@@ -187,7 +189,7 @@ impl UniffleStatus {
         let host = &addrs.server_id.ip;
         UniffleStatus {
             server_id: addrs.server_id.id.clone(),
-            coordinator: host_port(host, addrs.coordinator.port()),
+            coordinator: addrs.coordinator.map(|a| host_port(host, a.port())),
             server_grpc: host_port(host, addrs.server_grpc.port()),
             server_netty: addrs.server_netty.map(|a| host_port(host, a.port())),
         }
@@ -199,7 +201,7 @@ impl CelebornStatus {
         let w = &addrs.worker;
         let at = |port: i32| host_port(&w.host, port as u16);
         CelebornStatus {
-            master: host_port(&w.host, addrs.master.port()),
+            master: addrs.master.map(|a| host_port(&w.host, a.port())),
             worker_id: w.unique_id(),
             worker_rpc: at(w.rpc_port),
             worker_push: at(w.push_port),

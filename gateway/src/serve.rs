@@ -7,23 +7,33 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use switchyard_celeborn::server::fleet::Fleet;
+use switchyard_celeborn::server::node::FleetFactory;
 use switchyard_celeborn::CelebornNode;
+use switchyard_cluster::proto::cluster_server::ClusterServer;
+use switchyard_cluster::{AppBook, ClusterService, Directory, Heartbeater, Role};
 use switchyard_storage::Store;
 use switchyard_uniffle::UniffleNode;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::admin::throughput::ThroughputHistory;
 use crate::admin::{self, AdminState};
 use crate::config::GatewayConfig;
+use crate::fleet::{CelebornFleet, Coordination, NodeWorker, UniffleFeed};
 use crate::node::{self, CelebornStatus, IdSource, NodeStatus, UniffleStatus};
 use crate::telemetry::{self, NodeField};
 
 /// How long in-flight admin requests may take to finish after a shutdown
 /// signal before their connections are dropped.
 const ADMIN_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a coordinator remembers what Celeborn drivers told it of an
+/// application after it was last seen or lost: past every worker's lease.
+const APP_BOOK_RETENTION: Duration = Duration::from_secs(3600);
 
 /// SIGTERM and SIGINT, registered up front so a signal that arrives while
 /// the store is still opening is not lost (nor fatal).
@@ -113,6 +123,23 @@ pub async fn serve(
         .context("cannot open the store")?;
     info!(ready = store.is_ready(), "store open");
 
+    // A coordinator of a fleet places on the workers that heartbeat it;
+    // a node alone, on itself.
+    let cluster = &config.cluster;
+    let coordination =
+        (cluster.is_fleet() && cluster.has(Role::Coordinator)).then(|| Coordination {
+            directory: Arc::new(Directory::new(cluster.worker_timeout)),
+            apps: Arc::new(AppBook::new(config.celeborn.app_timeout)),
+        });
+    let cluster_listener = match &coordination {
+        Some(_) => Some(
+            TcpListener::bind(cluster.listen)
+                .await
+                .with_context(|| format!("cannot listen on cluster.listen {}", cluster.listen))?,
+        ),
+        None => None,
+    };
+
     // Protocol listeners hold a clone of `store` and stop before
     // `store.shutdown()` below.
     let uniffle = if config.uniffle.enabled {
@@ -126,13 +153,82 @@ pub async fn serve(
         None
     };
     let celeborn = if config.celeborn.enabled {
+        let fleet = coordination.as_ref().map(|c| {
+            let fleet: Arc<dyn Fleet> = Arc::new(CelebornFleet {
+                directory: c.directory.clone(),
+                apps: c.apps.clone(),
+            });
+            Box::new(move |_| fleet) as FleetFactory
+        });
         Some(
-            CelebornNode::start(config.celeborn.clone(), store.clone())
+            CelebornNode::start_in(config.celeborn.clone(), store.clone(), fleet)
                 .await
                 .context("cannot start the Celeborn roles")?,
         )
     } else {
         info!("celeborn roles disabled");
+        None
+    };
+
+    let cluster_cancel = CancellationToken::new();
+    let mut cluster_tasks = Vec::new();
+    if let (Some(c), Some(listener)) = (&coordination, cluster_listener) {
+        let feed = Arc::new(UniffleFeed::default());
+        if let Some(u) = &uniffle {
+            let _ = feed.registry.set(u.nodes.clone());
+        }
+        let secret = cluster
+            .secret
+            .as_ref()
+            .map(|s| s.expose().to_string())
+            .unwrap_or_default();
+        let service = ClusterService::new(
+            identity.id.clone(),
+            c.directory.clone(),
+            c.apps.clone(),
+            secret,
+            feed,
+        );
+        let cancel = cluster_cancel.clone();
+        let addr = listener.local_addr()?;
+        cluster_tasks.push(tokio::spawn(async move {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            if let Err(e) = tonic::transport::Server::builder()
+                .timeout(Duration::from_secs(30))
+                .add_service(ClusterServer::new(service))
+                .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+                .await
+            {
+                error!(error = %e, "cluster protocol server stopped");
+            }
+        }));
+        let apps = c.apps.clone();
+        let cancel = cluster_cancel.clone();
+        cluster_tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => apps.prune(APP_BOOK_RETENTION),
+                }
+            }
+        }));
+        info!(%addr, "cluster coordinator listening");
+    }
+    let heartbeater = if cluster.is_fleet() {
+        let worker = Arc::new(NodeWorker {
+            node_id: identity.id.clone(),
+            admin: admin_addr.to_string(),
+            store: store.clone(),
+            uniffle: uniffle.as_ref().map(|u| (u.addrs.clone(), u.tags.clone())),
+            celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
+        });
+        info!(coordinators = ?cluster.coordinators, "heartbeating the fleet's coordinators");
+        Some(
+            Heartbeater::start(cluster, worker, cluster_cancel.clone())
+                .context("invalid cluster.coordinators")?,
+        )
+    } else {
         None
     };
 
@@ -153,6 +249,7 @@ pub async fn serve(
         started,
         node: Arc::new(node_status),
         throughput,
+        directory: coordination.as_ref().map(|c| c.directory.clone()),
     });
     let mut admin_server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -161,7 +258,7 @@ pub async fn serve(
             })
             .await
     });
-    info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/throughput)");
+    info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/cluster /api/v1/throughput)");
 
     let mut result = Ok(());
     tokio::select! {
@@ -199,6 +296,13 @@ pub async fn serve(
         std::process::exit(130);
     });
 
+    cluster_cancel.cancel();
+    if let Some(h) = heartbeater {
+        h.stop().await;
+    }
+    for t in cluster_tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
     if let Some(node) = uniffle {
         info!("closing the Uniffle listeners");
         node.shutdown().await;

@@ -30,6 +30,8 @@ pub struct AdminState {
     pub started: Instant,
     pub node: Arc<NodeStatus>,
     pub throughput: Arc<ThroughputHistory>,
+    /// The workers this node coordinates (fleet coordinators only).
+    pub directory: Option<Arc<switchyard_cluster::Directory>>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -38,6 +40,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
         .route("/api/v1/status", get(status))
+        .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/throughput", get(throughput))
         .route("/api/v1/migration", get(migration))
         .route("/api/v1/shuffles", get(shuffles))
@@ -91,6 +94,30 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
         storage: state.store.status(),
     })
     .into_response()
+}
+
+#[derive(Serialize)]
+struct ClusterBody {
+    /// This node's id: the coordinator answering.
+    coordinator: String,
+    workers: Vec<switchyard_cluster::WorkerView>,
+}
+
+/// The workers this coordinator hears from, lost ones included; 404 on a
+/// node that coordinates no fleet.
+async fn cluster(State(state): State<AdminState>) -> axum::response::Response {
+    match &state.directory {
+        Some(d) => Json(ClusterBody {
+            coordinator: state.node.id.clone(),
+            workers: d.views(),
+        })
+        .into_response(),
+        None => (
+            axum::http::StatusCode::NOT_FOUND,
+            "this node coordinates no fleet (cluster.coordinators is empty, or it has no coordinator role)\n",
+        )
+            .into_response(),
+    }
 }
 
 async fn throughput(State(state): State<AdminState>) -> Json<throughput::History> {

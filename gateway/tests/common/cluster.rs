@@ -4,8 +4,10 @@
 //! 9097 and 9100-9103), as it would on a host of its own. Each node has its
 //! own directory (config, data, log) under one temporary directory.
 //!
-//! The nodes are independent processes of the built binary; nothing clusters
-//! yet. Nodes are signalled by their PID; dropping the [`Cluster`] kills
+//! By default the nodes are independent processes of the built binary;
+//! with [`ClusterOptions::coordinators`] they form one fleet (a `[cluster]`
+//! table naming those nodes' cluster ports, a shared secret, 1 s
+//! heartbeats). Nodes are signalled by their PID; dropping the [`Cluster`] kills
 //! whatever still runs. One cluster runs at a time in a test process (the
 //! addresses are fixed), so tests that use it wait for each other.
 //!
@@ -38,8 +40,9 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Every role's default port, with the config key that sets it.
-pub const DEFAULT_PORTS: [(&str, u16); 9] = [
+pub const DEFAULT_PORTS: [(&str, u16); 10] = [
     ("admin.listen", 19990),
+    ("cluster.listen", 19980),
     ("uniffle.coordinator_listen", 19999),
     ("uniffle.server_grpc_listen", 19997),
     ("uniffle.server_netty_listen", 19996),
@@ -64,7 +67,13 @@ pub struct ClusterOptions {
     /// settings); it must not repeat a table the fixture writes
     /// (`[node]`, `[log]`, `[storage.memory]`, `[storage.disks]`).
     pub extra_toml: String,
+    /// The nodes (1-based) that coordinate the fleet; empty: no fleet,
+    /// every node alone.
+    pub coordinators: Vec<usize>,
 }
+
+/// The cluster secret of fixture fleets.
+pub const FLEET_SECRET: &str = "fixture-fleet-secret";
 
 impl Default for ClusterOptions {
     fn default() -> Self {
@@ -72,6 +81,7 @@ impl Default for ClusterOptions {
             memory: "64MiB".into(),
             log_level: "info".into(),
             extra_toml: String::new(),
+            coordinators: Vec::new(),
         }
     }
 }
@@ -394,11 +404,30 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
         !data.contains(['"', '\\']),
         "data path {data:?} needs TOML escaping"
     );
+    let mut fleet = String::new();
+    if !options.coordinators.is_empty() {
+        let list: Vec<String> = options
+            .coordinators
+            .iter()
+            .map(|&i| format!("\"127.0.0.{}:19980\"", i + 1))
+            .collect();
+        let index = ip.octets()[3] as usize - 1;
+        let roles = if options.coordinators.contains(&index) {
+            "[\"coordinator\", \"worker\"]"
+        } else {
+            "[\"worker\"]"
+        };
+        fleet = format!(
+            "[cluster]\ncoordinators = [{}]\nroles = {roles}\nsecret = \"{FLEET_SECRET}\"\n\
+             heartbeat_interval = \"1s\"\nworker_timeout = \"6s\"\nrequest_timeout = \"2s\"\n\n",
+            list.join(", ")
+        );
+    }
     format!(
         "[node]\nhost = \"{ip}\"\n\n\
          [log]\nlevel = \"{}\"\n\n\
          [storage.memory]\ncapacity = \"{}\"\n\n\
-         [storage.disks]\ndirs = [\"{data}\"]\nmin_free = \"16MiB\"\n\n{}",
+         [storage.disks]\ndirs = [\"{data}\"]\nmin_free = \"16MiB\"\n\n{fleet}{}",
         options.log_level, options.memory, options.extra_toml
     )
 }

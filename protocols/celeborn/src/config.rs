@@ -15,6 +15,10 @@ pub struct CelebornConfig {
     /// The Master's RPC address. 9097 is Celeborn's own default, so an
     /// existing `spark.celeborn.master.endpoints=host:9097` works unchanged.
     pub master_listen: SocketAddr,
+    /// Whether this node runs the Master (the gateway's `cluster.roles`;
+    /// not a key of its own).
+    #[serde(skip, default = "yes")]
+    pub master_role: bool,
     /// The Worker's ports, advertised through the Master.
     pub worker_rpc_listen: SocketAddr,
     pub worker_push_listen: SocketAddr,
@@ -65,6 +69,7 @@ impl Default for CelebornConfig {
         CelebornConfig {
             enabled: true,
             master_listen: "127.0.0.1:9097".parse().unwrap(),
+            master_role: true,
             worker_rpc_listen: "127.0.0.1:9100".parse().unwrap(),
             worker_push_listen: "127.0.0.1:9101".parse().unwrap(),
             worker_fetch_listen: "127.0.0.1:9102".parse().unwrap(),
@@ -79,4 +84,8 @@ impl Default for CelebornConfig {
             tls: None,
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }

@@ -66,7 +66,9 @@ async fn authenticated_apps_are_served_and_others_refused() {
     let key = format!("{app}-0");
 
     // Without the handshake the master answers nothing but a refusal.
-    let plain = Connection::connect(env.node.addrs.master).await.unwrap();
+    let plain = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
     let err = plain
         .verify(endpoint::MASTER)
         .await
@@ -75,7 +77,9 @@ async fn authenticated_apps_are_served_and_others_refused() {
     assert!(err.contains("not authenticated"), "{err}");
 
     // The driver's first master connection registers the secret.
-    let master = Connection::connect(env.node.addrs.master).await.unwrap();
+    let master = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
     master.register_application(app, secret).await.unwrap();
     assert!(master.verify(endpoint::MASTER).await.unwrap());
     let hb: PbHeartbeatFromApplicationResponse = ask(
@@ -108,10 +112,14 @@ async fn authenticated_apps_are_served_and_others_refused() {
         "{err}"
     );
     // Nobody registers the same application with another secret.
-    let thief = Connection::connect(env.node.addrs.master).await.unwrap();
+    let thief = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
     assert!(thief.register_application(app, "guess").await.is_err());
     // A later master connection authenticates with DIGEST-MD5.
-    let again = Connection::connect(env.node.addrs.master).await.unwrap();
+    let again = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
     again.authenticate(app, secret).await.unwrap();
     assert!(again.verify(endpoint::MASTER).await.unwrap());
 
@@ -165,7 +173,9 @@ async fn authenticated_apps_are_served_and_others_refused() {
         .is_empty());
 
     // Another registered application cannot push into this one.
-    let other = Connection::connect(env.node.addrs.master).await.unwrap();
+    let other = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
     other.register_application("app-other", "k2").await.unwrap();
     let intruder = Connection::connect(port(w.push_port)).await.unwrap();
     intruder.authenticate("app-other", "k2").await.unwrap();

@@ -151,7 +151,9 @@ impl Lm {
         v06: bool,
         partition_type: i32,
     ) -> Lm {
-        let master = Connection::connect(env.node.addrs.master).await.unwrap();
+        let master = Connection::connect(env.node.addrs.master.unwrap())
+            .await
+            .unwrap();
         assert!(master.verify(endpoint::MASTER).await.unwrap());
         assert!(!master.verify("NoSuchEndpoint").await.unwrap());
         if v06 {
@@ -689,7 +691,7 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     assert!(fetch.data_rpc(&request).await.is_err());
     // Garbage frames close only their own connection, on every port.
     for port in [
-        env.node.addrs.master,
+        env.node.addrs.master.unwrap(),
         addr(env.node.addrs.worker.push_port),
         addr(env.node.addrs.worker.fetch_port),
     ] {
@@ -708,7 +710,7 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     // A 2 MiB RpcRequest header: past the RPC ports' 1 MiB limit, so the
     // connection closes at once; a data port (16 MiB) waits for the body.
     for (port, closed) in [
-        (env.node.addrs.master, true),
+        (env.node.addrs.master.unwrap(), true),
         (addr(env.node.addrs.worker.rpc_port), true),
         (addr(env.node.addrs.worker.push_port), false),
     ] {
@@ -1497,7 +1499,9 @@ async fn a_user_at_its_quota_gets_check_quota_false_and_no_slots() {
         sc.apps.max_user_bytes = Some(ByteSize::kib(4));
     })
     .await;
-    let master = Connection::connect(env.node.addrs.master).await.unwrap();
+    let master = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
     let user = PbUserIdentifier {
         tenant_id: "t1".into(),
         name: "alice".into(),

@@ -17,6 +17,10 @@ pub struct UniffleConfig {
     /// The coordinator's gRPC address. 19999 is Uniffle's own default, so an
     /// existing `spark.rss.coordinator.quorum=host:19999` works unchanged.
     pub coordinator_listen: SocketAddr,
+    /// Whether this node runs the coordinator (the gateway's
+    /// `cluster.roles`; not a key of its own).
+    #[serde(skip, default = "yes")]
+    pub coordinator_role: bool,
     /// The shuffle server's gRPC address, advertised through the coordinator.
     pub server_grpc_listen: SocketAddr,
     /// The shuffle server's Netty data-plane address (`GRPC_NETTY` clients);
@@ -75,6 +79,7 @@ impl Default for UniffleConfig {
             max_frame_size: ByteSize::mib(256),
             ticket_timeout: Duration::from_secs(60),
             node_timeout: Duration::from_secs(30),
+            coordinator_role: true,
             max_servers_per_shuffle: 9,
             client_conf: BTreeMap::from([(
                 "spark.rss.storage.type".to_string(),
@@ -111,4 +116,8 @@ mod address_or_off {
             .map(Some)
             .map_err(serde::de::Error::custom)
     }
+}
+
+fn yes() -> bool {
+    true
 }

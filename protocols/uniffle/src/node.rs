@@ -26,7 +26,8 @@ use crate::server::ShuffleServerCore;
 /// Addresses the roles actually bound (ports may have been 0).
 #[derive(Debug, Clone)]
 pub struct UniffleAddrs {
-    pub coordinator: SocketAddr,
+    /// None on a node without the coordinator role.
+    pub coordinator: Option<SocketAddr>,
     pub server_grpc: SocketAddr,
     pub server_netty: Option<SocketAddr>,
     pub server_id: ShuffleServerId,
@@ -34,6 +35,8 @@ pub struct UniffleAddrs {
 
 pub struct UniffleNode {
     pub addrs: UniffleAddrs,
+    /// The tags this node's shuffle server advertises.
+    pub tags: Vec<String>,
     pub core: Arc<ShuffleServerCore>,
     pub nodes: Arc<NodeRegistry>,
     tasks: Vec<JoinHandle<()>>,
@@ -93,13 +96,16 @@ impl UniffleNode {
         store: Arc<Store>,
     ) -> Result<UniffleNode, StartError> {
         let cancel = CancellationToken::new();
-        let coordinator = bind("coordinator", config.coordinator_listen).await?;
+        let coordinator = match config.coordinator_role {
+            true => Some(bind("coordinator", config.coordinator_listen).await?),
+            false => None,
+        };
         let grpc = bind("shuffle server", config.server_grpc_listen).await?;
         let netty_listener = match config.server_netty_listen {
             Some(addr) => Some(bind("netty data plane", addr).await?),
             None => None,
         };
-        let coordinator_addr = coordinator.local_addr().expect("bound");
+        let coordinator_addr = coordinator.as_ref().map(|c| c.local_addr().expect("bound"));
         let grpc_addr = grpc.local_addr().expect("bound");
         let netty_addr = netty_listener
             .as_ref()
@@ -149,6 +155,7 @@ impl UniffleNode {
                 available(&store),
                 store.is_ready(),
             );
+            let tags = tags.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -165,24 +172,26 @@ impl UniffleNode {
             }));
         }
 
-        let coordinator_service = CoordinatorServerServer::new(CoordinatorService::new(
-            nodes.clone(),
-            config.clone(),
-            Some(store.clone()),
-        ))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
-        let c = cancel.clone();
-        tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));
-            if let Err(e) = grpc_server()
-                .add_service(coordinator_service)
-                .serve_with_incoming_shutdown(incoming, c.cancelled())
-                .await
-            {
-                tracing::error!(error = %e, "uniffle coordinator stopped");
-            }
-        }));
+        if let Some(coordinator) = coordinator {
+            let coordinator_service = CoordinatorServerServer::new(CoordinatorService::new(
+                nodes.clone(),
+                config.clone(),
+                Some(store.clone()),
+            ))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+            let c = cancel.clone();
+            tasks.push(tokio::spawn(async move {
+                let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));
+                if let Err(e) = grpc_server()
+                    .add_service(coordinator_service)
+                    .serve_with_incoming_shutdown(incoming, c.cancelled())
+                    .await
+                {
+                    tracing::error!(error = %e, "uniffle coordinator stopped");
+                }
+            }));
+        }
 
         let server_service = ShuffleServerServer::new(ShuffleServerService::new(core.clone()))
             .max_decoding_message_size(max)
@@ -212,7 +221,7 @@ impl UniffleNode {
         tasks.push(tokio::spawn(core.clone().run_housekeeping(cancel.clone())));
 
         tracing::info!(
-            coordinator = %coordinator_addr,
+            coordinator = ?coordinator_addr,
             grpc = %grpc_addr,
             netty = ?netty_addr,
             id = %server_id.id,
@@ -225,6 +234,7 @@ impl UniffleNode {
                 server_netty: netty_addr,
                 server_id,
             },
+            tags,
             core,
             nodes,
             tasks,

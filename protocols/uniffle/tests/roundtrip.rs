@@ -58,7 +58,7 @@ async fn start_with(memory: u64, tune: impl FnOnce(&mut StoreConfig)) -> Env {
 
 impl Env {
     fn coordinator(&self) -> String {
-        self.node.addrs.coordinator.to_string()
+        self.node.addrs.coordinator.unwrap().to_string()
     }
     fn server(&self) -> ShuffleServerId {
         self.node.addrs.server_id.clone()

@@ -1,9 +1,12 @@
 //! `MasterEndpoint`: applications, slots and quota for the LifecycleManager.
-//! This process's worker is the one worker it places partitions on.
+//! It places partitions on the workers its [`Fleet`] knows (this process's
+//! own worker when the node is alone) and passes the drivers' lifetime
+//! calls on to the fleet, which tells the workers that hold the data.
 
 use std::sync::Arc;
 
 use super::error::CelebornError;
+use super::fleet::{place, Fleet};
 use super::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use super::worker::WorkerState;
 use crate::proto::*;
@@ -13,11 +16,12 @@ use crate::transport_message::TransportMessage;
 
 pub struct MasterEndpoint {
     worker: Arc<WorkerState>,
+    fleet: Arc<dyn Fleet>,
 }
 
 impl MasterEndpoint {
-    pub fn new(worker: Arc<WorkerState>) -> Arc<Self> {
-        Arc::new(MasterEndpoint { worker })
+    pub fn new(worker: Arc<WorkerState>, fleet: Arc<dyn Fleet>) -> Arc<Self> {
+        Arc::new(MasterEndpoint { worker, fleet })
     }
 }
 
@@ -35,6 +39,7 @@ impl Endpoint for MasterEndpoint {
             Some(MessageType::RegisterApplicationInfo) => {
                 let r: PbRegisterApplicationInfo = decode(&tm)?;
                 self.worker.register_app(&r.app_id);
+                self.fleet.app_seen(&r.app_id);
                 self.worker.split_info_apps.insert(r.app_id);
                 Ok(TransportMessage::without_payload(
                     MessageType::OneWayMessageResponse,
@@ -45,28 +50,31 @@ impl Endpoint for MasterEndpoint {
                 // Registers the app again if it expired; its old shuffles
                 // stay dead (storage's lifecycle), so nothing reads short.
                 self.worker.register_app(&r.app_id);
+                self.fleet.app_seen(&r.app_id);
                 if !r.should_response {
                     return Ok(TransportMessage::without_payload(
                         MessageType::OneWayMessageResponse,
                     ));
                 }
-                // Workers the client asks about that are not ours are unknown.
-                let ours = self.worker.addr.unique_id();
+                // Workers the client asks about that heartbeat no coordinator
+                // are unknown (lost ones included).
                 let unknown_workers = r
                     .need_checked_worker_list
                     .into_iter()
                     .filter(|w| {
-                        format!(
+                        !self.fleet.knows(&format!(
                             "{}:{}:{}:{}:{}",
                             w.host, w.rpc_port, w.push_port, w.fetch_port, w.replicate_port
-                        ) != ours
+                        ))
                     })
                     .collect();
+                let shutting_workers = self.fleet.shutting().iter().map(worker_info).collect();
                 Ok(TransportMessage::new(
                     MessageType::HeartbeatFromApplicationResponse,
                     &PbHeartbeatFromApplicationResponse {
                         status: StatusCode::Success.as_i32(),
                         unknown_workers,
+                        shutting_workers,
                         check_quota_response: Some(PbCheckQuotaResponse {
                             available: true,
                             reason: String::new(),
@@ -106,11 +114,12 @@ impl Endpoint for MasterEndpoint {
             Some(MessageType::CheckWorkersAvailable) => Ok(TransportMessage::new(
                 MessageType::CheckWorkersAvailableResponse,
                 &PbCheckWorkersAvailableResponse {
-                    available: store.is_ready(),
+                    available: !self.fleet.workers().is_empty(),
                 },
             )),
             Some(MessageType::UnregisterShuffle) => {
                 let r: PbUnregisterShuffle = decode(&tm)?;
+                self.fleet.shuffle_removed(&r.app_id, r.shuffle_id);
                 self.worker.remove_shuffle(&r.app_id, r.shuffle_id).await;
                 Ok(TransportMessage::new(
                     MessageType::UnregisterShuffleResponse,
@@ -122,6 +131,7 @@ impl Endpoint for MasterEndpoint {
             Some(MessageType::BatchUnregisterShuffles) => {
                 let r: PbBatchUnregisterShuffles = decode(&tm)?;
                 for &s in &r.shuffle_ids {
+                    self.fleet.shuffle_removed(&r.app_id, s);
                     self.worker.remove_shuffle(&r.app_id, s).await;
                 }
                 Ok(TransportMessage::new(
@@ -135,6 +145,7 @@ impl Endpoint for MasterEndpoint {
             Some(MessageType::ApplicationLost) => {
                 let r: PbApplicationLost = decode(&tm)?;
                 tracing::info!(app = %r.app_id, "application lost: removing its data");
+                self.fleet.app_lost(&r.app_id);
                 self.worker.remove_app(&r.app_id).await;
                 Ok(TransportMessage::new(
                     MessageType::ApplicationLostResponse,
@@ -159,13 +170,6 @@ impl Endpoint for MasterEndpoint {
 
 impl MasterEndpoint {
     fn request_slots(&self, r: PbRequestSlots) -> PbRequestSlotsResponse {
-        if !self.worker.store.is_ready() {
-            tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, "no slots: the store has no writable tier");
-            return PbRequestSlotsResponse {
-                status: StatusCode::SlotNotAvailable.as_i32(),
-                ..Default::default()
-            };
-        }
         let app = super::worker::stored_app(&r.application_id);
         if let Some(user) = user_key(r.user_identifier.as_ref()) {
             self.worker.store.set_app_user(&app, &user);
@@ -178,50 +182,88 @@ impl MasterEndpoint {
                 ..Default::default()
             };
         }
+        // Replica pushes are not forwarded between workers yet, so a replica
+        // would never hold the data: primaries only.
         if r.should_replicate {
-            tracing::warn!(app = %r.application_id, "replication asked, but this cluster has one worker: primaries only");
+            tracing::warn!(app = %r.application_id, "replication asked, but replica forwarding is not supported yet: primaries only");
         }
-        let a = &self.worker.addr;
-        let primaries = r
-            .partition_id_list
-            .iter()
-            .map(|&id| PbPartitionLocation {
-                mode: pb_partition_location::Mode::Primary as i32,
-                id,
-                epoch: 0,
-                host: a.host.clone(),
-                rpc_port: a.rpc_port,
-                push_port: a.push_port,
-                fetch_port: a.fetch_port,
-                replicate_port: a.replicate_port,
-                peer: None,
-                storage_info: Some(PbStorageInfo {
-                    r#type: STORAGE_TYPE_HDD,
-                    mount_point: String::new(),
-                    final_result: false,
-                    file_path: String::new(),
-                    available_storage_types: r.available_storage_types,
-                    file_size: 0,
-                    chunk_offsets: Vec::new(),
-                }),
-                map_id_bitmap: Default::default(),
+        self.fleet.app_seen(&r.application_id);
+        let placed = place(&r.partition_id_list, self.fleet.workers(), false);
+        if placed.is_empty() {
+            tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, "no slots: no worker takes partitions");
+            return PbRequestSlotsResponse {
+                status: StatusCode::SlotNotAvailable.as_i32(),
+                ..Default::default()
+            };
+        }
+        let storage = |types: i32| PbStorageInfo {
+            r#type: STORAGE_TYPE_HDD,
+            mount_point: String::new(),
+            final_result: false,
+            file_path: String::new(),
+            available_storage_types: types,
+            file_size: 0,
+            chunk_offsets: Vec::new(),
+        };
+        let location =
+            |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
+                PbPartitionLocation {
+                    mode: mode as i32,
+                    id,
+                    epoch: 0,
+                    host: a.host.clone(),
+                    rpc_port: a.rpc_port,
+                    push_port: a.push_port,
+                    fetch_port: a.fetch_port,
+                    replicate_port: a.replicate_port,
+                    peer: None,
+                    storage_info: Some(storage(r.available_storage_types)),
+                    map_id_bitmap: Default::default(),
+                }
+            };
+        let workers = placed.len();
+        let worker_resource = placed
+            .into_iter()
+            .map(|(a, slots)| {
+                let primary_partitions = slots
+                    .primaries
+                    .iter()
+                    .map(|&id| location(&a, id, pb_partition_location::Mode::Primary))
+                    .collect();
+                let replica_partitions = slots
+                    .replicas
+                    .iter()
+                    .map(|&id| location(&a, id, pb_partition_location::Mode::Replica))
+                    .collect();
+                (
+                    a.unique_id(),
+                    PbWorkerResource {
+                        primary_partitions,
+                        replica_partitions,
+                        network_location: String::new(),
+                    },
+                )
             })
             .collect();
-        tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), "slots assigned");
+        tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, "slots assigned");
         PbRequestSlotsResponse {
             status: StatusCode::Success.as_i32(),
             // Field 2, the unpacked form, is what every client version reads.
-            worker_resource: [(
-                a.unique_id(),
-                PbWorkerResource {
-                    primary_partitions: primaries,
-                    replica_partitions: Vec::new(),
-                    network_location: String::new(),
-                },
-            )]
-            .into(),
+            worker_resource,
             packed_worker_resource: Default::default(),
         }
+    }
+}
+
+/// A worker as the driver's heartbeat reply lists it.
+fn worker_info(a: &super::worker::WorkerAddr) -> PbWorkerInfo {
+    PbWorkerInfo {
+        host: a.host.clone(),
+        rpc_port: a.rpc_port,
+        push_port: a.push_port,
+        fetch_port: a.fetch_port,
+        replicate_port: a.replicate_port,
+        ..Default::default()
     }
 }
 

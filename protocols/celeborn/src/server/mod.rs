@@ -9,6 +9,7 @@
 
 pub mod conn;
 pub mod error;
+pub mod fleet;
 pub mod master;
 pub mod node;
 pub mod rpc;

@@ -11,10 +11,14 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::fleet::{Alone, Fleet};
 use super::master::MasterEndpoint;
 use super::rpc::RpcPort;
 use super::worker::{FetchPort, PushPort, WorkerAddr, WorkerState};
 use crate::config::CelebornConfig;
+
+/// Makes a node's [`Fleet`] once its worker exists.
+pub type FleetFactory = Box<dyn FnOnce(Arc<WorkerState>) -> Arc<dyn Fleet> + Send>;
 
 /// A read stream unused this long is closed (the client's fetch timeout is
 /// 600 s by default).
@@ -22,7 +26,8 @@ const STREAM_IDLE: Duration = Duration::from_secs(900);
 
 #[derive(Debug, Clone)]
 pub struct CelebornAddrs {
-    pub master: SocketAddr,
+    /// None on a node without the master role.
+    pub master: Option<SocketAddr>,
     pub worker: WorkerAddr,
 }
 
@@ -60,12 +65,27 @@ async fn bind(
 }
 
 impl CelebornNode {
+    /// A node alone: its master places partitions on its own worker.
     pub async fn start(
         config: CelebornConfig,
         store: Arc<Store>,
     ) -> Result<CelebornNode, StartError> {
+        Self::start_in(config, store, None).await
+    }
+
+    /// A node of a fleet: `fleet` (made from this node's worker) is what
+    /// its master places on; `None` is [`Alone`]. With `master_role` off
+    /// (`config.master_role`), no master port is bound.
+    pub async fn start_in(
+        config: CelebornConfig,
+        store: Arc<Store>,
+        fleet: Option<FleetFactory>,
+    ) -> Result<CelebornNode, StartError> {
         let tls = config.tls.as_ref().map(|t| t.acceptor()).transpose()?;
-        let (master, master_addr) = bind("master", config.master_listen).await?;
+        let master = match config.master_role {
+            true => Some(bind("master", config.master_listen).await?),
+            false => None,
+        };
         let (rpc, rpc_addr) = bind("worker rpc", config.worker_rpc_listen).await?;
         let (push, push_addr) = bind("worker push", config.worker_push_listen).await?;
         let (fetch, fetch_addr) = bind("worker fetch", config.worker_fetch_listen).await?;
@@ -88,17 +108,24 @@ impl CelebornNode {
             replicate_port: replicate_addr.port() as i32,
         };
         let worker = WorkerState::new(store, config.clone(), addr.clone());
+        let fleet: Arc<dyn Fleet> = match fleet {
+            Some(make) => make(worker.clone()),
+            None => Arc::new(Alone(worker.clone())),
+        };
         let max = config.max_frame_size.as_u64() as usize;
         let rpc_max = config.rpc_max_frame_size.as_u64() as usize;
         let limits = config.connections;
         // One pool of frame and reply bytes for the five ports.
         let budget = TransportBudget::new(&limits);
         let cancel = CancellationToken::new();
-        let tasks = vec![
-            tokio::spawn(serve_tls(
+        let mut tasks = Vec::new();
+        let mut master_addr = None;
+        if let Some((master, addr)) = master {
+            master_addr = Some(addr);
+            tasks.push(tokio::spawn(serve_tls(
                 master,
                 RpcPort::new(
-                    MasterEndpoint::new(worker.clone()),
+                    MasterEndpoint::new(worker.clone(), fleet),
                     "master",
                     port_auth(&worker, true),
                 ),
@@ -107,7 +134,9 @@ impl CelebornNode {
                 budget.clone(),
                 tls.clone(),
                 cancel.clone(),
-            )),
+            )));
+        }
+        tasks.extend([
             tokio::spawn(serve_tls(
                 rpc,
                 RpcPort::new(
@@ -149,8 +178,7 @@ impl CelebornNode {
                 budget.clone(),
                 cancel.clone(),
             )),
-        ];
-        let mut tasks = tasks;
+        ]);
         {
             // Readers that die without BUFFER_STREAM_END leave streams behind.
             let worker = worker.clone();
@@ -165,7 +193,7 @@ impl CelebornNode {
                 }
             }));
         }
-        tracing::info!(master = %master_addr, worker = %addr.unique_id(), "celeborn roles listening");
+        tracing::info!(master = ?master_addr, worker = %addr.unique_id(), "celeborn roles listening");
         Ok(CelebornNode {
             addrs: CelebornAddrs {
                 master: master_addr,

@@ -1,0 +1,129 @@
+//! `[cluster]`: which roles this node has, where its coordinators are, and
+//! the secret nodes share.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use switchyard_storage::config::Secret;
+
+/// Default cluster protocol port.
+pub const DEFAULT_PORT: u16 = 19980;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Uniffle coordinator and Celeborn master: places partitions on workers.
+    Coordinator,
+    /// Uniffle shuffle server and Celeborn worker: stores partitions.
+    Worker,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The coordinators' cluster addresses (`host:port` of their
+    /// `cluster.listen`), this node's own included when it is one. Empty
+    /// (default): this node is a cluster of one, coordinating only itself.
+    pub coordinators: Vec<String>,
+    /// Where a coordinator serves the cluster protocol. Default
+    /// `127.0.0.1:19980` (follows `node.host`).
+    pub listen: SocketAddr,
+    /// Default both. A node with only `worker` runs no Uniffle coordinator
+    /// and no Celeborn master. Every node is a worker in this version.
+    pub roles: Vec<Role>,
+    /// Shared by every node; required when `coordinators` is set. A
+    /// heartbeat without it is refused, so nobody can register a worker.
+    pub secret: Option<Secret>,
+    /// How often a worker heartbeats each coordinator. Default 3 s.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// A worker silent this long leaves placement and is reported lost.
+    /// Default 30 s (Uniffle's server timeout).
+    #[serde(with = "humantime_serde")]
+    pub worker_timeout: Duration,
+    /// A heartbeat not answered within this counts as failed. Default 5 s.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            coordinators: Vec::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
+            roles: vec![Role::Coordinator, Role::Worker],
+            secret: None,
+            heartbeat_interval: Duration::from_secs(3),
+            worker_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether this node is part of a fleet (has coordinators configured).
+    pub fn is_fleet(&self) -> bool {
+        !self.coordinators.is_empty()
+    }
+
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+
+    /// The checks `switchyard check-config` reports by key.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.has(Role::Worker) {
+            return Err("cluster.roles: every node is a worker in this version (coordinator-only nodes are not supported yet)".into());
+        }
+        if !self.is_fleet() {
+            return Ok(());
+        }
+        if self.secret.as_ref().is_none_or(|s| s.expose().is_empty()) {
+            return Err("cluster.secret: required when cluster.coordinators is set (nodes refuse heartbeats without it)".into());
+        }
+        for c in &self.coordinators {
+            let ok = c
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+            if !ok {
+                return Err(format!(
+                    "cluster.coordinators: {c:?} is not host:port (such as 10.0.0.1:{DEFAULT_PORT})"
+                ));
+            }
+        }
+        if self.heartbeat_interval.is_zero() || self.worker_timeout <= self.heartbeat_interval {
+            return Err(
+                "cluster.worker_timeout must be longer than cluster.heartbeat_interval (> 0)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alone_by_default_and_fleets_need_a_secret() {
+        let c = ClusterConfig::default();
+        assert!(!c.is_fleet());
+        c.validate().unwrap();
+        let mut fleet = ClusterConfig {
+            coordinators: vec!["127.0.0.2:19980".into()],
+            ..Default::default()
+        };
+        assert!(fleet.validate().unwrap_err().contains("cluster.secret"));
+        fleet.secret = Some("s3cret".into());
+        fleet.validate().unwrap();
+        fleet.coordinators.push("nohost".into());
+        assert!(fleet.validate().unwrap_err().contains("\"nohost\""));
+        let coordinator_only = ClusterConfig {
+            roles: vec![Role::Coordinator],
+            ..Default::default()
+        };
+        assert!(coordinator_only.validate().is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! The worker side: heartbeats every coordinator, concurrently, and hands
+//! each reply to the node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::ClusterConfig;
+use crate::proto::cluster_client::ClusterClient;
+use crate::proto::{HeartbeatReply, WorkerHeartbeat};
+use crate::SECRET_HEADER;
+
+/// What the node reports and how it takes the replies.
+pub trait LocalWorker: Send + Sync + 'static {
+    /// The heartbeat to send now (protocol version and node id included).
+    fn report(&self) -> WorkerHeartbeat;
+    /// A coordinator's reply; runs on the heartbeat task.
+    fn apply(&self, reply: HeartbeatReply) -> impl std::future::Future<Output = ()> + Send;
+}
+
+pub struct Heartbeater {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Heartbeater {
+    /// One task per coordinator. Fails only on a coordinator address that
+    /// is not a valid URI (the config check rules that out).
+    pub fn start<W: LocalWorker>(
+        config: &ClusterConfig,
+        worker: Arc<W>,
+        cancel: CancellationToken,
+    ) -> Result<Heartbeater, tonic::transport::Error> {
+        let secret: MetadataValue<_> = config
+            .secret
+            .as_ref()
+            .map(|s| s.expose())
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or_else(|_| MetadataValue::from_static(""));
+        let mut tasks = Vec::new();
+        for coordinator in &config.coordinators {
+            let channel = Endpoint::from_shared(format!("http://{coordinator}"))?
+                .connect_timeout(config.request_timeout)
+                .timeout(config.request_timeout)
+                .tcp_nodelay(true)
+                .connect_lazy();
+            tasks.push(tokio::spawn(beat(
+                coordinator.clone(),
+                channel,
+                secret.clone(),
+                config.heartbeat_interval,
+                worker.clone(),
+                cancel.clone(),
+            )));
+        }
+        Ok(Heartbeater { tasks })
+    }
+
+    pub async fn stop(self) {
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+async fn beat<W: LocalWorker>(
+    coordinator: String,
+    channel: Channel,
+    secret: MetadataValue<tonic::metadata::Ascii>,
+    interval: Duration,
+    worker: Arc<W>,
+    cancel: CancellationToken,
+) {
+    let mut client = ClusterClient::new(channel);
+    let mut failing = false;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let mut request = tonic::Request::new(worker.report());
+        request.metadata_mut().insert(SECRET_HEADER, secret.clone());
+        match client.heartbeat(request).await {
+            Ok(reply) => {
+                metrics::counter!("switchyard_cluster_heartbeats_sent_total", "result" => "ok")
+                    .increment(1);
+                if failing {
+                    tracing::info!(%coordinator, "coordinator reachable again");
+                    failing = false;
+                }
+                worker.apply(reply.into_inner()).await;
+            }
+            Err(status) => {
+                metrics::counter!("switchyard_cluster_heartbeats_sent_total", "result" => "failed")
+                    .increment(1);
+                // Once per outage, not once per beat.
+                if !failing {
+                    tracing::warn!(%coordinator, code = ?status.code(), error = status.message(), "heartbeat to coordinator failed");
+                    failing = true;
+                }
+            }
+        }
+    }
+}

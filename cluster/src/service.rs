@@ -1,0 +1,105 @@
+//! The coordinator side of the cluster protocol.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::apps::AppBook;
+use crate::directory::Directory;
+use crate::proto::cluster_server::Cluster;
+use crate::proto::{HeartbeatReply, WorkerHeartbeat};
+use crate::{PROTOCOL_VERSION, SECRET_HEADER};
+
+/// Told of every accepted heartbeat (the gateway feeds the Uniffle
+/// coordinator's server list from it).
+pub trait WorkerListener: Send + Sync + 'static {
+    fn worker_seen(&self, heartbeat: &WorkerHeartbeat);
+}
+
+pub struct ClusterService {
+    pub coordinator_id: String,
+    pub directory: Arc<Directory>,
+    pub apps: Arc<AppBook>,
+    secret: String,
+    listener: Arc<dyn WorkerListener>,
+}
+
+impl ClusterService {
+    pub fn new(
+        coordinator_id: String,
+        directory: Arc<Directory>,
+        apps: Arc<AppBook>,
+        secret: String,
+        listener: Arc<dyn WorkerListener>,
+    ) -> Self {
+        ClusterService {
+            coordinator_id,
+            directory,
+            apps,
+            secret,
+            listener,
+        }
+    }
+
+    /// Constant-time comparison with the configured secret.
+    fn authorised(&self, metadata: &tonic::metadata::MetadataMap) -> bool {
+        let Some(sent) = metadata.get(SECRET_HEADER) else {
+            return false;
+        };
+        let (a, b) = (sent.as_bytes(), self.secret.as_bytes());
+        !b.is_empty()
+            && a.len() == b.len()
+            && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+fn refused(reason: &'static str) {
+    metrics::counter!("switchyard_cluster_heartbeats_received_total", "result" => reason)
+        .increment(1);
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn heartbeat(
+        &self,
+        request: Request<WorkerHeartbeat>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        if !self.authorised(request.metadata()) {
+            refused("unauthenticated");
+            return Err(Status::unauthenticated(
+                "cluster heartbeats need the cluster secret (cluster.secret)",
+            ));
+        }
+        let hb = request.into_inner();
+        if hb.protocol_version == 0 || hb.protocol_version > PROTOCOL_VERSION {
+            refused("version");
+            return Err(Status::failed_precondition(format!(
+                "cluster protocol version {} is not spoken here (1..={PROTOCOL_VERSION})",
+                hb.protocol_version
+            )));
+        }
+        if hb.node_id.is_empty() || hb.node_id.len() > 128 {
+            refused("invalid");
+            return Err(Status::invalid_argument(
+                "heartbeat without a valid node_id",
+            ));
+        }
+        if hb.celeborn_apps.len() > 100_000 {
+            refused("invalid");
+            return Err(Status::invalid_argument(
+                "too many applications in one heartbeat",
+            ));
+        }
+        refused("accepted");
+        let news = self.apps.news_for(&hb.celeborn_apps);
+        self.listener.worker_seen(&hb);
+        self.directory.record(hb);
+        Ok(Response::new(HeartbeatReply {
+            protocol_version: PROTOCOL_VERSION,
+            coordinator_id: self.coordinator_id.clone(),
+            alive_apps: news.alive,
+            removed_shuffles: news.removed_shuffles,
+            removed_apps: news.removed_apps,
+        }))
+    }
+}

@@ -1,0 +1,202 @@
+//! Many nodes as one service: maps the cluster protocol
+//! (`switchyard-cluster`) onto the Uniffle and Celeborn roles.
+//!
+//! A coordinator's [`Directory`] of worker heartbeats feeds the Uniffle
+//! coordinator's server list ([`UniffleFeed`]) and the Celeborn master's
+//! placement ([`CelebornFleet`]); what Celeborn drivers tell the master goes
+//! into its [`AppBook`] and back to the workers in heartbeat replies. On the
+//! worker side, [`NodeWorker`] reports this node and applies the replies.
+
+use std::sync::{Arc, OnceLock};
+
+use switchyard_celeborn::server::fleet::{Candidate, Fleet};
+use switchyard_celeborn::server::worker::{stored_app, WorkerAddr, WorkerState, NAMESPACE};
+use switchyard_cluster::proto::{
+    CelebornEndpoint, HeartbeatReply, Load, UniffleEndpoint, WorkerHeartbeat, WorkerState as Wire,
+};
+use switchyard_cluster::{AppBook, Directory, LocalWorker, WorkerListener, PROTOCOL_VERSION};
+use switchyard_storage::{unscoped_app, DiskHealth, Store};
+use switchyard_uniffle::coordinator::NodeRegistry;
+use switchyard_uniffle::proto::ShuffleServerId;
+use switchyard_uniffle::UniffleAddrs;
+
+/// A coordinator's shared state.
+pub struct Coordination {
+    pub directory: Arc<Directory>,
+    pub apps: Arc<AppBook>,
+}
+
+/// Feeds heartbeats into the Uniffle coordinator's server list, once that
+/// coordinator runs (set after the Uniffle roles start).
+#[derive(Default)]
+pub struct UniffleFeed {
+    pub registry: OnceLock<Arc<NodeRegistry>>,
+}
+
+impl WorkerListener for UniffleFeed {
+    fn worker_seen(&self, hb: &WorkerHeartbeat) {
+        let (Some(registry), Some(u)) = (self.registry.get(), &hb.uniffle) else {
+            return;
+        };
+        let load = hb.load.unwrap_or_default();
+        let id = ShuffleServerId {
+            id: u.id.clone(),
+            ip: u.ip.clone(),
+            port: u.grpc_port,
+            netty_port: u.netty_port,
+            jetty_port: 0,
+        };
+        // Decommissioning servers stay known but take no new assignments.
+        let placeable = load.healthy && hb.state == Wire::Active as i32;
+        let free = load.memory_capacity.saturating_sub(load.memory_used) as i64;
+        // The local server reports itself in-process; its own heartbeat
+        // over the network is refused by the registry, harmlessly.
+        let _ = registry.upsert_remote(id, u.tags.clone(), free, placeable);
+    }
+}
+
+/// The Celeborn master's view of the fleet.
+pub struct CelebornFleet {
+    pub directory: Arc<Directory>,
+    pub apps: Arc<AppBook>,
+}
+
+fn celeborn_addr(c: &CelebornEndpoint) -> WorkerAddr {
+    WorkerAddr {
+        host: c.host.clone(),
+        rpc_port: c.rpc_port,
+        push_port: c.push_port,
+        fetch_port: c.fetch_port,
+        replicate_port: c.replicate_port,
+    }
+}
+
+impl Fleet for CelebornFleet {
+    fn workers(&self) -> Vec<Candidate> {
+        self.directory
+            .placeable()
+            .into_iter()
+            .filter_map(|w| {
+                let load = w.load.unwrap_or_default();
+                Some(Candidate {
+                    addr: celeborn_addr(w.celeborn.as_ref()?),
+                    free_memory: load.memory_capacity.saturating_sub(load.memory_used),
+                    partitions: load.partitions,
+                })
+            })
+            .collect()
+    }
+
+    fn knows(&self, unique_id: &str) -> bool {
+        self.directory.live().iter().any(|w| {
+            w.celeborn
+                .as_ref()
+                .is_some_and(|c| celeborn_addr(c).unique_id() == unique_id)
+        })
+    }
+
+    fn shutting(&self) -> Vec<WorkerAddr> {
+        self.directory
+            .decommissioning()
+            .iter()
+            .filter_map(|w| w.celeborn.as_ref().map(celeborn_addr))
+            .collect()
+    }
+
+    fn app_seen(&self, app: &str) {
+        self.apps.seen(app);
+    }
+
+    fn shuffle_removed(&self, app: &str, shuffle: i32) {
+        self.apps.shuffle_removed(app, shuffle);
+    }
+
+    fn app_lost(&self, app: &str) {
+        self.apps.app_lost(app);
+    }
+}
+
+/// This node as a worker: what it reports to every coordinator.
+pub struct NodeWorker {
+    pub node_id: String,
+    pub admin: String,
+    pub store: Arc<Store>,
+    pub uniffle: Option<(UniffleAddrs, Vec<String>)>,
+    pub celeborn: Option<Arc<WorkerState>>,
+}
+
+impl LocalWorker for NodeWorker {
+    fn report(&self) -> WorkerHeartbeat {
+        let status = self.store.status();
+        let partitions = status
+            .applications
+            .iter()
+            .map(|a| a.partitions as u64)
+            .sum();
+        let disk_free = status
+            .disks
+            .iter()
+            .filter(|d| d.health == DiskHealth::Healthy)
+            .map(|d| d.available_bytes)
+            .sum();
+        let celeborn_apps = status
+            .applications
+            .iter()
+            .filter_map(|a| unscoped_app(NAMESPACE, &a.id).map(str::to_string))
+            .collect();
+        WorkerHeartbeat {
+            protocol_version: PROTOCOL_VERSION,
+            node_id: self.node_id.clone(),
+            state: Wire::Active as i32,
+            uniffle: self.uniffle.as_ref().map(|(a, tags)| UniffleEndpoint {
+                id: a.server_id.id.clone(),
+                ip: a.server_id.ip.clone(),
+                grpc_port: a.server_id.port,
+                netty_port: a.server_id.netty_port,
+                tags: tags.clone(),
+            }),
+            celeborn: self.celeborn.as_ref().map(|w| CelebornEndpoint {
+                host: w.addr.host.clone(),
+                rpc_port: w.addr.rpc_port,
+                push_port: w.addr.push_port,
+                fetch_port: w.addr.fetch_port,
+                replicate_port: w.addr.replicate_port,
+            }),
+            load: Some(Load {
+                memory_capacity: status.memory.capacity,
+                memory_used: status.memory.used,
+                disk_free,
+                partitions,
+                healthy: status.ready,
+            }),
+            celeborn_apps,
+            admin: self.admin.clone(),
+        }
+    }
+
+    async fn apply(&self, reply: HeartbeatReply) {
+        let Some(worker) = &self.celeborn else {
+            return;
+        };
+        // Any coordinator that saw the driver keeps the application alive
+        // here; none that did not can make it go.
+        for app in &reply.alive_apps {
+            self.store.heartbeat(&stored_app(app));
+        }
+        for r in &reply.removed_shuffles {
+            if worker
+                .shuffles
+                .contains_key(&format!("{}-{}", r.app, r.shuffle_id))
+            {
+                tracing::info!(app = %r.app, shuffle = r.shuffle_id, coordinator = %reply.coordinator_id, "shuffle unregistered by its driver: removing it");
+                worker.remove_shuffle(&r.app, r.shuffle_id).await;
+            }
+        }
+        for app in &reply.removed_apps {
+            if self.store.has_app(&stored_app(app)) {
+                tracing::info!(%app, coordinator = %reply.coordinator_id, "application ended: removing its data");
+                worker.remove_app(app).await;
+            }
+        }
+    }
+}

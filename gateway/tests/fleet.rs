@@ -1,0 +1,275 @@
+//! Three `switchyard serve` processes as one fleet (nodes 1 and 2
+//! coordinate, node 3 is only a worker): both protocols' benches, through
+//! one coordinator, spread their partitions over every node and read every
+//! byte back; the end of a Celeborn application, told to one master,
+//! removes its data on every worker; a killed worker leaves placement; a
+//! heartbeat without the cluster secret is refused.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, ClusterOptions, Node, FLEET_SECRET};
+use serde_json::Value;
+use switchyard_cluster::proto::cluster_client::ClusterClient;
+use switchyard_cluster::proto::WorkerHeartbeat;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+fn get_json(node: &Node, path: &str) -> Value {
+    let (code, body) = node.get(path).unwrap();
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The workers node `coordinator` lists, by state.
+fn workers(node: &Node) -> Vec<(String, String)> {
+    get_json(node, "/api/v1/cluster")["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["node_id"].as_str().unwrap().to_string(),
+                w["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn bench(args: &[&str]) {
+    let mut cmd = Command::new(BIN);
+    common::clear_switchyard_env(&mut cmd);
+    let out = cmd
+        .arg("bench")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Bytes node `node` says it stored for `app` of `protocol` (from the
+/// migration report, which keeps removed applications).
+fn written(node: &Node, protocol: &str, app: &str) -> u64 {
+    get_json(node, "/api/v1/migration")["applications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["protocol"] == protocol && a["id"] == app)
+        .map(|a| a["written_bytes"].as_u64().unwrap())
+        .sum()
+}
+
+/// Whether the node still holds `stored_id` (`<protocol>/<id>`).
+fn holds(node: &Node, stored_id: &str) -> bool {
+    node.status()["storage"]["applications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["id"] == stored_id)
+}
+
+#[test]
+fn three_nodes_serve_as_one_fleet() {
+    let mut cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            memory: "128MiB".into(),
+            coordinators: vec![1, 2],
+            ..ClusterOptions::default()
+        },
+    );
+    let ids: Vec<String> = (1..=3)
+        .map(|i| {
+            cluster.node(i).status()["node"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+
+    // Node 3 is only a worker: no coordinator or master port, no registry.
+    let status3 = cluster.node(3).status();
+    assert!(
+        status3["node"]["uniffle"]["coordinator"].is_null(),
+        "{status3}"
+    );
+    assert!(status3["node"]["celeborn"]["master"].is_null(), "{status3}");
+    assert_eq!(cluster.node(3).get("/api/v1/cluster").unwrap().0, 404);
+
+    // Both coordinators hear every worker.
+    for c in [1, 2] {
+        wait_for("three active workers", Duration::from_secs(20), || {
+            let w = workers(cluster.node(c));
+            w.len() == 3 && w.iter().all(|(_, s)| s == "active")
+        });
+        let mut listed: Vec<String> = workers(cluster.node(c)).into_iter().map(|w| w.0).collect();
+        let mut expected = ids.clone();
+        listed.sort();
+        expected.sort();
+        assert_eq!(listed, expected);
+    }
+
+    // Celeborn through node 1's master: every node stores part of it, and
+    // the bench reads every byte back.
+    let master = cluster.node(1).celeborn_master().to_string();
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--app",
+        "fleet-celeborn-1",
+        "--size",
+        "48MiB",
+        "--mappers",
+        "3",
+        "--partitions",
+        "12",
+    ]);
+    for i in 1..=3 {
+        let bytes = written(cluster.node(i), "celeborn", "fleet-celeborn-1");
+        assert!(
+            bytes > 1 << 20,
+            "node {i} stored {bytes} B of the Celeborn app"
+        );
+    }
+    // The bench ended its application on node 1's master; the other
+    // workers learn it from their heartbeats to node 1.
+    wait_for(
+        "the Celeborn app removed everywhere",
+        Duration::from_secs(15),
+        || (1..=3).all(|i| !holds(cluster.node(i), "celeborn/fleet-celeborn-1")),
+    );
+
+    // Uniffle through node 2's coordinator, both transports.
+    let coordinator = cluster.node(2).uniffle_coordinator().to_string();
+    for (app, transport) in [
+        ("fleet-uniffle-1", "GRPC"),
+        ("fleet-uniffle-2", "GRPC_NETTY"),
+    ] {
+        bench(&[
+            "uniffle",
+            "--coordinator",
+            &coordinator,
+            "--app",
+            app,
+            "--size",
+            "48MiB",
+            "--mappers",
+            "3",
+            "--partitions",
+            "12",
+            "--transport",
+            transport,
+        ]);
+        for i in 1..=3 {
+            let bytes = written(cluster.node(i), "uniffle", app);
+            assert!(
+                bytes > 1 << 20,
+                "node {i} stored {bytes} B of {app} ({transport})"
+            );
+        }
+    }
+
+    // A heartbeat without the secret, or with a wrong one, is refused.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut client = ClusterClient::connect("http://127.0.0.2:19980")
+            .await
+            .unwrap();
+        let forged = WorkerHeartbeat {
+            protocol_version: 1,
+            node_id: "intruder".into(),
+            ..Default::default()
+        };
+        let err = client.heartbeat(forged.clone()).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unauthenticated);
+        let mut wrong = tonic::Request::new(forged.clone());
+        wrong
+            .metadata_mut()
+            .insert(switchyard_cluster::SECRET_HEADER, "guess".parse().unwrap());
+        assert_eq!(
+            client.heartbeat(wrong).await.unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        // The right secret with an unknown protocol version: refused too.
+        let mut future = tonic::Request::new(WorkerHeartbeat {
+            protocol_version: 99,
+            ..forged
+        });
+        future.metadata_mut().insert(
+            switchyard_cluster::SECRET_HEADER,
+            FLEET_SECRET.parse().unwrap(),
+        );
+        assert_eq!(
+            client.heartbeat(future).await.unwrap_err().code(),
+            tonic::Code::FailedPrecondition
+        );
+    });
+    assert!(workers(cluster.node(1))
+        .iter()
+        .all(|(id, _)| id != "intruder"));
+
+    // kill -9 node 3: both coordinators report it lost and place on the
+    // other two.
+    cluster.kill(3);
+    for c in [1, 2] {
+        wait_for("node 3 lost", Duration::from_secs(20), || {
+            workers(cluster.node(c))
+                .iter()
+                .any(|(id, state)| id == &ids[2] && state == "lost")
+        });
+    }
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--app",
+        "fleet-celeborn-2",
+        "--size",
+        "16MiB",
+        "--mappers",
+        "2",
+        "--partitions",
+        "8",
+    ]);
+    bench(&[
+        "uniffle",
+        "--coordinator",
+        &coordinator,
+        "--app",
+        "fleet-uniffle-3",
+        "--size",
+        "16MiB",
+        "--mappers",
+        "2",
+        "--partitions",
+        "8",
+    ]);
+    for i in 1..=2 {
+        assert!(
+            written(cluster.node(i), "celeborn", "fleet-celeborn-2") > 0,
+            "node {i}"
+        );
+        assert!(
+            written(cluster.node(i), "uniffle", "fleet-uniffle-3") > 0,
+            "node {i}"
+        );
+    }
+}
