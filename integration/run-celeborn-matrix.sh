@@ -17,12 +17,16 @@
 #   5. MixedProtocolTest (tag "mixed"): one switchyard, a Uniffle 0.9.2 GRPC job and a
 #      Celeborn job (first version of the list, HASH) at the same time, each in its
 #      own JVM
+#   6. FleetJobsTest (tag "fleet"): three switchyard nodes as one fleet on 127.0.0.2-4, a
+#      Uniffle 0.9.2 GRPC_NETTY job listing every coordinator, then a Celeborn job listing
+#      every master; each equals vanilla and every node stored part of it
 #
 # Builds nothing in Rust. Environment:
 #   SWITCHYARD_BIN           the binary (default: <repo>/target/debug/switchyard)
 #   CELEBORN_MAVEN_VERSIONS  Maven Central versions (default "0.5.4 0.5.1"; empty: none)
 #   CELEBORN_WRITERS         writers per version (default "HASH,SORT")
 #   CELEBORN_SKIP_MIXED=1    leave out the mixed-protocol entry
+#   CELEBORN_SKIP_FLEET=1    leave out the fleet entry
 #   CELEBORN_FLINK_CLIENT_JAR a celeborn-client-flink-1.20-shaded_2.12 jar (0.6.x) for entry 3
 #   CELEBORN_SKIP_FLINK=1    leave out the Flink entry
 #   CELEBORN_SKIP_FLINK_DRIVER=1   leave out the Flink driver entry (always client 0.5.4:
@@ -140,6 +144,18 @@ else
   run_entry "mixed-uniffle-0.9.2-GRPC+celeborn-$mixed_version-$mixed_writer" -Dshuffle.client=mixed \
     -Dceleborn.client.version="$mixed_version" -Dceleborn.writers="$mixed_writer" \
     -Duniffle.client.version=0.9.2 -Duniffle.client.type=GRPC
+fi
+
+if [ "${CELEBORN_SKIP_FLEET:-0}" = 1 ]; then
+  echo
+  echo "=== fleet test: skipped (CELEBORN_SKIP_FLEET=1)"
+  summary+=("SKIP  fleet test: CELEBORN_SKIP_FLEET=1")
+else
+  fleet_version=${first:-0.5.4}
+  fleet_writer=${writers%%,*}
+  run_entry "fleet-3-nodes-uniffle-0.9.2-GRPC_NETTY+celeborn-$fleet_version-$fleet_writer" -Dshuffle.client=fleet \
+    -Dceleborn.client.version="$fleet_version" -Dceleborn.writers="$fleet_writer" \
+    -Duniffle.client.version=0.9.2 -Duniffle.client.type=GRPC_NETTY
 fi
 
 echo

@@ -132,6 +132,12 @@ class MixedProtocolTest {
   /** Starts {@code java ... MixedJobMain} with this JVM's test classpath and Java 17 flags. */
   static Child launch(String name, String client, String endpoint, long records, Path dir, Path barrier)
       throws IOException {
+    return launch(name, client, endpoint, records, dir, barrier, 2);
+  }
+
+  /** As above, with {@code parties} jobs meeting at the barrier before they start. */
+  static Child launch(String name, String client, String endpoint, long records, Path dir, Path barrier, int parties)
+      throws IOException {
     Path out = dir.resolve(name + ".out");
     Path log = dir.resolve(name + ".log");
     List<String> cmd = new ArrayList<>();
@@ -153,7 +159,7 @@ class MixedProtocolTest {
     cmd.add("-cp");
     cmd.add(testClasspath());
     cmd.add(MixedJobMain.class.getName());
-    cmd.addAll(List.of(client, endpoint, Long.toString(records), out.toString(), barrier.toString(), "2"));
+    cmd.addAll(List.of(client, endpoint, Long.toString(records), out.toString(), barrier.toString(), Integer.toString(parties)));
     ProcessBuilder pb = new ProcessBuilder(cmd)
         .directory(new File(System.getProperty("user.dir")))
         .redirectErrorStream(true)

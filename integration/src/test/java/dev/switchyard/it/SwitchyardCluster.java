@@ -49,6 +49,7 @@ public final class SwitchyardCluster implements AutoCloseable {
   private static Map<String, Integer> defaultPorts() {
     Map<String, Integer> m = new java.util.LinkedHashMap<>();
     m.put("admin.listen", 19990);
+    m.put("cluster.listen", 19980);
     m.put("uniffle.coordinator_listen", 19999);
     m.put("uniffle.server_grpc_listen", 19997);
     m.put("uniffle.server_netty_listen", 19996);

@@ -1,0 +1,117 @@
+package dev.switchyard.it;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.LocalDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Three switchyard nodes as one fleet ({@link SwitchyardCluster}, 127.0.0.2-4 with the default
+ * ports, every node a coordinator and a worker, {@code [cluster]} naming all three). A Spark job
+ * with the stock Uniffle client listing all three coordinators, then one with the stock Celeborn
+ * client listing all three masters, each in its own child JVM ({@link MixedJobMain}): both results
+ * equal the same job on Spark's own shuffle, and every node stored part of each job's shuffle
+ * (its migration report shows bytes written for an application of that protocol).
+ *
+ * <p>Tag {@code fleet}: {@code mvn test -Dshuffle.client=fleet}; run-celeborn-matrix.sh has an
+ * entry for it.
+ */
+@Tag("fleet")
+@Timeout(value = 15, unit = TimeUnit.MINUTES)
+class FleetJobsTest {
+
+  static final String FLEET_TOML =
+      "[cluster]\n"
+          + "coordinators = [\"127.0.0.2:19980\", \"127.0.0.3:19980\", \"127.0.0.4:19980\"]\n"
+          + "secret = \"integration-fleet\"\n"
+          + "heartbeat_interval = \"1s\"\n"
+          + "worker_timeout = \"10s\"\n";
+
+  /** Bytes node {@code i} reports written for applications of {@code protocol}. */
+  static long written(SwitchyardCluster c, int i, String protocol) throws Exception {
+    String body = c.adminGet(i, "/api/v1/migration");
+    Matcher m = Pattern.compile(
+            "\"protocol\":\"" + protocol + "\",\"id\":\"[^\"]*\",\"client\":(?:null|\"[^\"]*\"),\"written_bytes\":(\\d+)")
+        .matcher(body);
+    long sum = 0;
+    while (m.find()) {
+      sum += Long.parseLong(m.group(1));
+    }
+    return sum;
+  }
+
+  static void waitForWorkers(SwitchyardCluster c, int n) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (true) {
+      String body = c.adminGet(1, "/api/v1/cluster");
+      int active = body.split("\"state\":\"active\"", -1).length - 1;
+      if (active == n) {
+        return;
+      }
+      if (System.nanoTime() > deadline) {
+        throw new AssertionError("node 1 does not list " + n + " active workers: " + body);
+      }
+      Thread.sleep(200);
+    }
+  }
+
+  @Test
+  void sparkJobsOfBothClientsSpreadOverThreeNodes() throws Exception {
+    long records = Long.getLong("switchyard.fleet.records", 1_000_000L);
+    String uniffleType = SparkHarness.clientType();
+    String writer = SparkHarness.celebornWriters().get(0);
+    SparkHarness.Timed<List<Jobs.PartitionDigest>> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-fleet", "local[2]"), spark -> Jobs.largeShuffle(spark, records));
+    System.out.printf("[suite] FleetJobsTest: %d records, vanilla %d ms%n", records, vanilla.jobMillis());
+
+    try (SwitchyardCluster cluster = SwitchyardCluster.start("fleet", 3, "256MiB", FLEET_TOML)) {
+      waitForWorkers(cluster, 3);
+      String stamp = LocalDateTime.now().format(DateTimeFormatter.ofPattern("yyyyMMdd-HHmmss"));
+      Path dir = Paths.get("target", "fleet", stamp).toAbsolutePath();
+      Files.createDirectories(dir);
+      String quorum = cluster.coordinatorQuorum();
+      String masters = String.join(",",
+          cluster.celebornMasterEndpoint(1), cluster.celebornMasterEndpoint(2), cluster.celebornMasterEndpoint(3));
+      String[][] runs = {
+        {"uniffle-" + uniffleType, quorum, "uniffle"},
+        {"celeborn-" + writer, masters, "celeborn"},
+      };
+      for (String[] run : runs) {
+        String client = run[0];
+        Path barrier = dir.resolve("barrier-" + client);
+        MixedProtocolTest.Child child =
+            MixedProtocolTest.launch(client, client, run[1], records, dir, barrier, 1);
+        if (!child.process().waitFor(8, TimeUnit.MINUTES)) {
+          child.process().destroyForcibly();
+          throw new AssertionError(client + ": no result within 8 minutes\n" + MixedProtocolTest.tail(child.log(), 60));
+        }
+        if (child.process().exitValue() != 0 || !Files.exists(child.out())) {
+          throw new AssertionError(client + ": exit status " + child.process().exitValue() + "\n"
+              + MixedProtocolTest.tail(child.log(), 80) + "\nnode 1:\n" + cluster.logTail(1, 40));
+        }
+        MixedProtocolTest.Outcome o = MixedProtocolTest.parse(child.out());
+        Compare.sameList("fleet: " + client + " per-partition (count, hashSum)", vanilla.value(), o.parts());
+        StringBuilder line = new StringBuilder(String.format("fleet %-16s %6d ms, wrote %s; per node:",
+            client, o.end() - o.start(), SparkHarness.mb(o.written())));
+        for (int i = 1; i <= 3; i++) {
+          long w = written(cluster, i, run[2]);
+          line.append(' ').append(SparkHarness.mb(w));
+          if (w <= 0) {
+            throw new AssertionError("node " + i + " stored nothing of the " + client + " job: "
+                + cluster.adminGet(i, "/api/v1/migration"));
+          }
+        }
+        System.out.println("[timing] " + line);
+        SparkHarness.appendTiming(line.toString());
+      }
+    }
+  }
+}
