@@ -45,6 +45,14 @@ pub struct ClusterConfig {
     /// A heartbeat not answered within this counts as failed. Default 5 s.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// How often a decommissioning node checks whether any application
+    /// still holds data on it. Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub decommission_check_interval: Duration,
+    /// A decommissioning node exits after this even if data remains.
+    /// Default 6 h (Celeborn's `decommission.forceExitTimeout`).
+    #[serde(with = "humantime_serde")]
+    pub decommission_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -57,6 +65,8 @@ impl Default for ClusterConfig {
             heartbeat_interval: Duration::from_secs(3),
             worker_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(5),
+            decommission_check_interval: Duration::from_secs(10),
+            decommission_timeout: Duration::from_secs(6 * 3600),
         }
     }
 }

@@ -116,6 +116,25 @@ pub enum CtlCommand {
     /// The shuffles of one application (every protocol that has that id):
     /// partitions, committed ones, bytes written and per tier.
     Shuffles(ShufflesArgs),
+    /// The workers a coordinator hears from (`GET /api/v1/cluster` on
+    /// `--admin`): node id, state (active, decommissioning, lost), endpoints,
+    /// memory, disk room, partitions, last heartbeat.
+    Nodes(CtlArgs),
+    /// Decommissions a node: it takes no new partitions, keeps serving what
+    /// it holds, and exits 0 once no application holds data on it.
+    Decommission(DecommissionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DecommissionArgs {
+    /// The node id, looked up in the `--admin` coordinator's worker list;
+    /// omitted: the `--admin` node itself.
+    pub node: Option<String>,
+    /// The target node's `admin.token`.
+    #[arg(long, env = "SWITCHYARD_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: String,
+    #[command(flatten)]
+    pub ctl: CtlArgs,
 }
 
 #[derive(Debug, Args)]

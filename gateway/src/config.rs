@@ -10,7 +10,7 @@ use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 use switchyard_celeborn::CelebornConfig;
 use switchyard_cluster::{ClusterConfig, Role};
-use switchyard_storage::StoreConfig;
+use switchyard_storage::{Secret, StoreConfig};
 use switchyard_uniffle::UniffleConfig;
 use tracing_subscriber::EnvFilter;
 
@@ -24,6 +24,8 @@ pub const ENV_NODE_ID: &str = "SWITCHYARD_NODE_ID";
 pub const ENV_HOST: &str = "SWITCHYARD_HOST";
 /// `admin.listen`
 pub const ENV_ADMIN_LISTEN: &str = "SWITCHYARD_ADMIN_LISTEN";
+/// `admin.token`
+pub const ENV_ADMIN_TOKEN: &str = "SWITCHYARD_ADMIN_TOKEN";
 /// `storage.memory.capacity`, e.g. `2GiB`
 pub const ENV_MEMORY_CAPACITY: &str = "SWITCHYARD_MEMORY_CAPACITY";
 /// `storage.disks.dirs`, comma separated
@@ -42,6 +44,7 @@ pub const ENV_OVERRIDES: &[&str] = &[
     ENV_NODE_ID,
     ENV_HOST,
     ENV_ADMIN_LISTEN,
+    ENV_ADMIN_TOKEN,
     ENV_MEMORY_CAPACITY,
     ENV_DATA_DIRS,
     ENV_DISK_MIN_FREE,
@@ -107,12 +110,17 @@ pub fn check_node_id(id: &str) -> Result<(), String> {
 pub struct AdminConfig {
     /// Address of the admin HTTP server (health, readiness, metrics, status).
     pub listen: SocketAddr,
+    /// The bearer token that mutating endpoints (`POST
+    /// /api/v1/decommission`) require (`Authorization: Bearer <token>`).
+    /// None (default): those endpoints answer 403.
+    pub token: Option<Secret>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"),
+            token: None,
         }
     }
 }
@@ -222,6 +230,9 @@ impl GatewayConfig {
             self.admin.listen = v.trim().parse().with_context(|| {
                 format!("{ENV_ADMIN_LISTEN}={v:?} is not a socket address such as 127.0.0.1:19990")
             })?;
+        }
+        if let Some(v) = get(ENV_ADMIN_TOKEN) {
+            self.admin.token = Some(Secret(v.trim().to_string()));
         }
         if let Some(v) = get(ENV_MEMORY_CAPACITY) {
             self.storage.memory.capacity = parse_size(ENV_MEMORY_CAPACITY, &v)?;

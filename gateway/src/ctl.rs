@@ -1,6 +1,7 @@
-//! `switchyard ctl status|apps|migration`: ask a running node over its admin
-//! HTTP (`GET /api/v1/status`, `/api/v1/migration`) and print tables, or the
-//! raw JSON with `--json`.
+//! `switchyard ctl status|apps|migration|shuffles|nodes`: ask a running node
+//! over its admin HTTP (`GET /api/v1/status`, `/api/v1/migration`,
+//! `/api/v1/shuffles`, `/api/v1/cluster`) and print tables, or the raw JSON
+//! with `--json`; `ctl decommission` POSTs `/api/v1/decommission`.
 //!
 //! The JSON is read as untyped `serde_json::Value`, so a field the node adds
 //! or this build does not know never breaks the table.
@@ -21,6 +22,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn run(command: CtlCommand) -> anyhow::Result<()> {
     type Render = fn(&Value) -> String;
+    if let CtlCommand::Decommission(args) = command {
+        return decommission(args);
+    }
     let (args, path, render): (CtlArgs, String, Render) = match command {
         CtlCommand::Status(args) => (args, "/api/v1/status".into(), render_status),
         CtlCommand::Apps(args) => (args, "/api/v1/status".into(), render_apps),
@@ -30,6 +34,8 @@ pub fn run(command: CtlCommand) -> anyhow::Result<()> {
             format!("/api/v1/shuffles?app={}", query_escape(&args.app)),
             render_shuffles,
         ),
+        CtlCommand::Nodes(args) => (args, "/api/v1/cluster".into(), render_nodes),
+        CtlCommand::Decommission(_) => unreachable!("handled above"),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -44,6 +50,116 @@ pub fn run(command: CtlCommand) -> anyhow::Result<()> {
         .with_context(|| format!("{url} did not answer with JSON: {}", snippet(&body)))?;
     print!("{}", render(&status));
     Ok(())
+}
+
+/// `ctl decommission [NODE]`: finds the node's admin address in the
+/// coordinator's worker list (or takes `--admin` itself), then POSTs there.
+fn decommission(args: crate::cli::DecommissionArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(async {
+        let target = match &args.node {
+            None => args.ctl.admin.clone(),
+            Some(id) => {
+                let (url, body) = admin_get(&args.ctl.admin, "/api/v1/cluster").await?;
+                let cluster: Value = serde_json::from_str(&body)
+                    .with_context(|| format!("{url} did not answer with JSON: {}", snippet(&body)))?;
+                let worker = cluster["workers"]
+                    .as_array()
+                    .and_then(|w| w.iter().find(|w| w["node_id"] == id.as_str()))
+                    .with_context(|| {
+                        format!("the coordinator at {} knows no node {id:?} (see `switchyard ctl nodes`)", args.ctl.admin)
+                    })?;
+                worker["admin"]
+                    .as_str()
+                    .filter(|a| !a.is_empty())
+                    .with_context(|| format!("node {id:?} reports no admin address"))?
+                    .to_string()
+            }
+        };
+        let url = admin_url(&target, "/api/v1/decommission")?;
+        let response = http_client()?
+            .post(&url)
+            .bearer_auth(&args.token)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("node at {target} is unreachable: POST {url}: {}", chain(&e)))?;
+        let code = response.status();
+        let body = response.text().await.unwrap_or_default();
+        if !code.is_success() {
+            bail!("POST {url} answered {code}: {}", snippet(&body));
+        }
+        if args.ctl.json {
+            println!("{}", body.trim_end());
+        } else {
+            let name = args.node.as_deref().unwrap_or(&target);
+            println!("{name}: decommissioning; it exits once no application holds data on it");
+        }
+        Ok(())
+    })
+}
+
+fn http_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        // The admin port is inside the cluster network; never via a proxy.
+        .no_proxy()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+fn render_nodes(c: &Value) -> String {
+    let mut rows = Vec::new();
+    for w in c["workers"].as_array().into_iter().flatten() {
+        let age = w["last_heartbeat_ms_ago"]
+            .as_u64()
+            .map_or("-".into(), |ms| duration_secs(ms / 1000));
+        let memory = format!(
+            "{} / {}",
+            bytes(&w["memory_used"]),
+            bytes(&w["memory_capacity"])
+        );
+        rows.push(vec![
+            text(&w["node_id"]),
+            text(&w["state"]),
+            if w["healthy"].as_bool() == Some(false) {
+                "NO".into()
+            } else {
+                "yes".into()
+            },
+            text(&w["admin"]),
+            text(&w["uniffle"]),
+            text(&w["celeborn"]),
+            memory,
+            bytes(&w["disk_free"]),
+            text(&w["partitions"]),
+            age,
+        ]);
+    }
+    let mut out = format!(
+        "coordinator {}: {} workers\n",
+        text(&c["coordinator"]),
+        rows.len()
+    );
+    out.push_str(&table(
+        &[
+            "NODE",
+            "STATE",
+            "HEALTHY",
+            "ADMIN",
+            "UNIFFLE",
+            "CELEBORN",
+            "MEMORY",
+            "DISK FREE",
+            "PARTITIONS",
+            "HEARTBEAT",
+        ],
+        &rows,
+    ));
+    out
 }
 
 /// `path` on the admin HTTP of `admin` (`http://HOST:PORT` or `HOST:PORT`).
@@ -67,13 +183,7 @@ fn admin_url(admin: &str, path: &str) -> anyhow::Result<String> {
 /// names the node when it is unreachable or answers with an error.
 pub async fn admin_get(admin: &str, path: &str) -> anyhow::Result<(String, String)> {
     let url = admin_url(admin, path)?;
-    let client = reqwest::Client::builder()
-        // The admin port is inside the cluster network; never via a proxy.
-        .no_proxy()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(REQUEST_TIMEOUT)
-        .build()
-        .context("cannot build the HTTP client")?;
+    let client = http_client()?;
     let response = client.get(&url).send().await.map_err(|e| {
         let why = if e.is_connect() {
             "cannot connect (is `switchyard serve` running there, and is that its admin.listen?)"
@@ -198,6 +308,7 @@ pub fn render_status(s: &Value) -> String {
             },
         ),
         ("admin", text(&node["admin"])),
+        ("state", text(&s["decommission"]["state"])),
     ];
     let u = &node["uniffle"];
     rows.push((

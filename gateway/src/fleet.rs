@@ -123,6 +123,7 @@ pub struct NodeWorker {
     pub store: Arc<Store>,
     pub uniffle: Option<(UniffleAddrs, Vec<String>)>,
     pub celeborn: Option<Arc<WorkerState>>,
+    pub decommission: Arc<crate::decommission::Decommission>,
 }
 
 impl LocalWorker for NodeWorker {
@@ -147,7 +148,11 @@ impl LocalWorker for NodeWorker {
         WorkerHeartbeat {
             protocol_version: PROTOCOL_VERSION,
             node_id: self.node_id.clone(),
-            state: Wire::Active as i32,
+            state: if self.decommission.is_active() {
+                Wire::Decommissioning as i32
+            } else {
+                Wire::Active as i32
+            },
             uniffle: self.uniffle.as_ref().map(|(a, tags)| UniffleEndpoint {
                 id: a.server_id.id.clone(),
                 ip: a.server_id.ip.clone(),

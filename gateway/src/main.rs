@@ -11,6 +11,7 @@ mod bench;
 mod cli;
 mod config;
 mod ctl;
+mod decommission;
 mod fleet;
 mod import_config;
 mod node;

@@ -23,6 +23,7 @@ use tracing::{error, info, warn};
 use crate::admin::throughput::ThroughputHistory;
 use crate::admin::{self, AdminState};
 use crate::config::GatewayConfig;
+use crate::decommission::Decommission;
 use crate::fleet::{CelebornFleet, Coordination, NodeWorker, UniffleFeed};
 use crate::node::{self, CelebornStatus, IdSource, NodeStatus, UniffleStatus};
 use crate::telemetry::{self, NodeField};
@@ -215,13 +216,29 @@ pub async fn serve(
         }));
         info!(%addr, "cluster coordinator listening");
     }
+    let mut draining = Vec::new();
+    if let Some(u) = &uniffle {
+        draining.push(u.draining.clone());
+    }
+    if let Some(c) = &celeborn {
+        draining.push(c.worker.draining.clone());
+    }
+    let decommission = Decommission::new(draining);
     let heartbeater = if cluster.is_fleet() {
         let worker = Arc::new(NodeWorker {
             node_id: identity.id.clone(),
-            admin: admin_addr.to_string(),
+            // Where others reach this node's admin port: node.host when it
+            // listens on every interface.
+            admin: match (admin_addr.ip().is_unspecified(), config.node.host) {
+                (true, Some(host)) => {
+                    std::net::SocketAddr::new(host, admin_addr.port()).to_string()
+                }
+                _ => admin_addr.to_string(),
+            },
             store: store.clone(),
             uniffle: uniffle.as_ref().map(|u| (u.addrs.clone(), u.tags.clone())),
             celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
+            decommission: decommission.clone(),
         });
         info!(coordinators = ?cluster.coordinators, "heartbeating the fleet's coordinators");
         Some(
@@ -250,6 +267,8 @@ pub async fn serve(
         node: Arc::new(node_status),
         throughput,
         directory: coordination.as_ref().map(|c| c.directory.clone()),
+        decommission: decommission.clone(),
+        token: config.admin.token.clone(),
     });
     let mut admin_server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -261,9 +280,19 @@ pub async fn serve(
     info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/cluster /api/v1/throughput)");
 
     let mut result = Ok(());
+    let decommissioned = decommission.finished(
+        &store,
+        cluster.decommission_check_interval,
+        cluster.decommission_timeout,
+    );
     tokio::select! {
-        signal = signals.recv() => {
-            info!(signal, "shutting down: closing admin HTTP");
+        reason = async {
+            tokio::select! {
+                signal = signals.recv() => signal,
+                _ = decommissioned => "decommissioned",
+            }
+        } => {
+            info!(reason, "shutting down: closing admin HTTP");
             let _ = stop_tx.send(true);
             match tokio::time::timeout(ADMIN_DRAIN_TIMEOUT, &mut admin_server).await {
                 Ok(Ok(Ok(()))) => info!("admin HTTP closed"),

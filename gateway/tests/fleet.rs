@@ -273,3 +273,156 @@ fn three_nodes_serve_as_one_fleet() {
         );
     }
 }
+
+/// `POST /api/v1/decommission` with an optional bearer token: the status code.
+fn post_decommission(node: &Node, token: Option<&str>) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(node.admin()).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "POST /api/v1/decommission HTTP/1.0\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn ctl(args: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new(BIN);
+    common::clear_switchyard_env(&mut cmd);
+    let out = cmd.arg("ctl").args(args).output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn a_decommissioned_node_takes_nothing_new_and_exits_once_released() {
+    const TOKEN: &str = "fleet-admin-token";
+    let mut cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            memory: "128MiB".into(),
+            coordinators: vec![1, 2],
+            // Celeborn apps that stop talking expire after 6 s.
+            extra_toml: format!(
+                "[admin]\ntoken = \"{TOKEN}\"\n\n[celeborn]\napp_timeout = \"6s\"\n"
+            ),
+            ..ClusterOptions::default()
+        },
+    );
+    let id3 = cluster.node(3).status()["node"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("three active workers", Duration::from_secs(20), || {
+        workers(cluster.node(1))
+            .iter()
+            .filter(|w| w.1 == "active")
+            .count()
+            == 3
+    });
+
+    // Without the token, or with a wrong one: refused, nothing changes.
+    assert_eq!(post_decommission(cluster.node(3), None), 401);
+    assert_eq!(post_decommission(cluster.node(3), Some("guess")), 401);
+    assert_eq!(cluster.node(3).status()["decommission"]["state"], "active");
+
+    // A Celeborn application that keeps its data on every node.
+    let master = cluster.node(1).celeborn_master().to_string();
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--app",
+        "kept-1",
+        "--size",
+        "24MiB",
+        "--mappers",
+        "3",
+        "--partitions",
+        "12",
+        "--keep-app",
+    ]);
+    assert!(holds(cluster.node(3), "celeborn/kept-1"));
+
+    // Decommission node 3 by id through the coordinator on node 1.
+    let admin1 = cluster.node(1).admin().to_string();
+    let (ok, out) = ctl(&["decommission", &id3, "--admin", &admin1, "--token", TOKEN]);
+    assert!(ok, "{out}");
+    assert!(out.contains("decommissioning"), "{out}");
+    assert_eq!(
+        cluster.node(3).status()["decommission"]["state"],
+        "decommissioning"
+    );
+    for c in [1, 2] {
+        wait_for("node 3 decommissioning", Duration::from_secs(10), || {
+            workers(cluster.node(c))
+                .iter()
+                .any(|(id, s)| id == &id3 && s == "decommissioning")
+        });
+    }
+    let (ok, nodes) = ctl(&["nodes", "--admin", &admin1]);
+    assert!(
+        ok && nodes.contains("decommissioning") && nodes.contains(&id3),
+        "{nodes}"
+    );
+
+    // New work goes to nodes 1 and 2 only.
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--app",
+        "after-1",
+        "--size",
+        "16MiB",
+        "--mappers",
+        "2",
+        "--partitions",
+        "8",
+    ]);
+    let coordinator = cluster.node(2).uniffle_coordinator().to_string();
+    bench(&[
+        "uniffle",
+        "--coordinator",
+        &coordinator,
+        "--app",
+        "after-2",
+        "--size",
+        "16MiB",
+        "--mappers",
+        "2",
+        "--partitions",
+        "8",
+    ]);
+    assert_eq!(written(cluster.node(3), "celeborn", "after-1"), 0);
+    assert_eq!(written(cluster.node(3), "uniffle", "after-2"), 0);
+    for i in [1, 2] {
+        assert!(
+            written(cluster.node(i), "celeborn", "after-1") > 0,
+            "node {i}"
+        );
+        assert!(
+            written(cluster.node(i), "uniffle", "after-2") > 0,
+            "node {i}"
+        );
+    }
+
+    // Node 3 stays while kept-1 holds data there, and exits 0 once that
+    // application expires.
+    assert!(cluster.node(3).is_running());
+    let status = cluster
+        .wait_exit(3, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("node 3 did not exit\n{}", cluster.node(3).log_tail(30)));
+    assert!(status.success(), "node 3 exited with {status}");
+    let log = cluster.node(3).log_tail(60);
+    assert!(log.contains("decommissioned"), "{log}");
+}

@@ -27,7 +27,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn names_in_code() -> BTreeSet<String> {
     let root = workspace();
     let mut files = Vec::new();
-    for dir in ["storage/src", "gateway/src", "protocols"] {
+    for dir in ["storage/src", "gateway/src", "cluster/src", "protocols"] {
         rust_files(&root.join(dir), &mut files);
     }
     let mut names = BTreeSet::new();

@@ -32,6 +32,9 @@ pub struct AdminState {
     pub throughput: Arc<ThroughputHistory>,
     /// The workers this node coordinates (fleet coordinators only).
     pub directory: Option<Arc<switchyard_cluster::Directory>>,
+    pub decommission: Arc<crate::decommission::Decommission>,
+    /// `admin.token`: what mutating endpoints require.
+    pub token: Option<switchyard_storage::Secret>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -41,6 +44,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(render_metrics))
         .route("/api/v1/status", get(status))
         .route("/api/v1/cluster", get(cluster))
+        .route("/api/v1/decommission", axum::routing::post(decommission))
         .route("/api/v1/throughput", get(throughput))
         .route("/api/v1/migration", get(migration))
         .route("/api/v1/shuffles", get(shuffles))
@@ -83,6 +87,8 @@ struct StatusBody<'a> {
     version: &'static str,
     uptime_seconds: u64,
     node: &'a NodeStatus,
+    /// `active`, or `decommissioning` and since when.
+    decommission: crate::decommission::DecommissionStatus,
     storage: StoreStatus,
 }
 
@@ -91,6 +97,7 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
         version: VERSION,
         uptime_seconds: state.started.elapsed().as_secs(),
         node: &state.node,
+        decommission: state.decommission.status(),
         storage: state.store.status(),
     })
     .into_response()
@@ -118,6 +125,49 @@ async fn cluster(State(state): State<AdminState>) -> axum::response::Response {
         )
             .into_response(),
     }
+}
+
+/// Whether the request carries `Authorization: Bearer <admin.token>`
+/// (compared in constant time); never without a configured token.
+fn authorised(
+    state: &AdminState,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), (StatusCode, &'static str)> {
+    let Some(token) = &state.token else {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "mutating admin endpoints are off: set admin.token (or SWITCHYARD_ADMIN_TOKEN) on this node\n",
+        ));
+    };
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let (a, b) = (sent.as_bytes(), token.expose().as_bytes());
+    let equal = a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
+    if equal && !b.is_empty() {
+        Ok(())
+    } else {
+        metrics::counter!("switchyard_admin_refused_total").increment(1);
+        Err((
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong token: send Authorization: Bearer <admin.token>\n",
+        ))
+    }
+}
+
+/// Begins decommissioning this node (idempotent): 202 with the state.
+async fn decommission(
+    State(state): State<AdminState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if let Err(refusal) = authorised(&state, &headers) {
+        return refusal.into_response();
+    }
+    let begun = state.decommission.begin();
+    tracing::info!(begun, "decommission requested over admin HTTP");
+    (StatusCode::ACCEPTED, Json(state.decommission.status())).into_response()
 }
 
 async fn throughput(State(state): State<AdminState>) -> Json<throughput::History> {

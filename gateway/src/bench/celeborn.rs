@@ -44,6 +44,10 @@ pub struct CelebornBenchArgs {
     /// Application id (default: `bench-<unix millis>`).
     #[arg(long)]
     pub app: Option<String>,
+    /// Leave the application and its data on the workers at the end (no
+    /// ApplicationLost): they go when the application's lease expires.
+    #[arg(long)]
+    pub keep_app: bool,
 }
 
 pub(super) fn histogram() -> Histogram<u64> {
@@ -317,7 +321,9 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         batches == total_batches as u64 && bytes == total,
         "read {batches} batches / {bytes} bytes of {total_batches} / {total}"
     );
-    application_lost(&master, &app).await?;
+    if !args.keep_app {
+        application_lost(&master, &app).await?;
+    }
 
     let pl = latency.lock();
     let cl = chunk_latency.lock();

@@ -115,6 +115,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         batch_size: ByteSize::kib(64),
         server_pid: None,
         app: Some(app.clone()),
+        keep_app: false,
     });
     let uniffle = super::uniffle::run(UniffleBenchArgs {
         coordinator: args.uniffle_coordinator.clone(),

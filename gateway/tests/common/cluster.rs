@@ -190,6 +190,15 @@ impl Cluster {
         status
     }
 
+    /// Waits up to `timeout` for node `i` to exit on its own (a
+    /// decommissioned node): its exit status, or `None` while it still runs.
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<ExitStatus> {
+        let node = self.node_mut(i);
+        let status = node.wait_exit(timeout)?;
+        node.child = None;
+        Some(status)
+    }
+
     /// SIGKILL to node `i`'s PID; waits until it is gone.
     pub fn kill(&mut self, i: usize) -> ExitStatus {
         let node = self.node_mut(i);
@@ -419,7 +428,8 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
         };
         fleet = format!(
             "[cluster]\ncoordinators = [{}]\nroles = {roles}\nsecret = \"{FLEET_SECRET}\"\n\
-             heartbeat_interval = \"1s\"\nworker_timeout = \"6s\"\nrequest_timeout = \"2s\"\n\n",
+             heartbeat_interval = \"1s\"\nworker_timeout = \"6s\"\nrequest_timeout = \"2s\"\n\
+             decommission_check_interval = \"1s\"\n\n",
             list.join(", ")
         );
     }

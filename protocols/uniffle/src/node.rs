@@ -3,6 +3,7 @@
 //! registers itself with the local coordinator directly (no loopback RPC).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,9 @@ pub struct UniffleNode {
     pub addrs: UniffleAddrs,
     /// The tags this node's shuffle server advertises.
     pub tags: Vec<String>,
+    /// Set while the node decommissions: its own coordinator assigns it
+    /// nothing new (it keeps serving what it holds).
+    pub draining: Arc<AtomicBool>,
     pub core: Arc<ShuffleServerCore>,
     pub nodes: Arc<NodeRegistry>,
     tasks: Vec<JoinHandle<()>>,
@@ -138,6 +142,7 @@ impl UniffleNode {
         tags.extend(config.tags.iter().cloned());
 
         let nodes = Arc::new(NodeRegistry::new(config.node_timeout));
+        let draining = Arc::new(AtomicBool::new(false));
         let core = ShuffleServerCore::new(store.clone(), config.clone());
         let max = config.max_message_size.as_u64() as usize;
         let mut tasks = Vec::new();
@@ -156,6 +161,7 @@ impl UniffleNode {
                 store.is_ready(),
             );
             let tags = tags.clone();
+            let draining = draining.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -166,7 +172,7 @@ impl UniffleNode {
                         id.clone(),
                         tags.clone(),
                         available(&store),
-                        store.is_ready(),
+                        store.is_ready() && !draining.load(Ordering::Relaxed),
                     );
                 }
             }));
@@ -235,6 +241,7 @@ impl UniffleNode {
                 server_id,
             },
             tags,
+            draining,
             core,
             nodes,
             tasks,

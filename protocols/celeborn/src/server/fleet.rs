@@ -42,7 +42,7 @@ pub struct Alone(pub Arc<WorkerState>);
 
 impl Fleet for Alone {
     fn workers(&self) -> Vec<Candidate> {
-        if !self.0.store.is_ready() {
+        if !self.0.store.is_ready() || self.0.draining.load(std::sync::atomic::Ordering::Relaxed) {
             return Vec::new();
         }
         let b = self.0.store.budget();

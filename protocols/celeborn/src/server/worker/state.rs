@@ -179,6 +179,9 @@ pub struct WorkerState {
     /// Applications' secrets, registered on the master port (with
     /// `auth_enabled`); the node's master and worker ports share them.
     pub secrets: Arc<crate::auth::Secrets>,
+    /// Set while the node decommissions: a master alone places nothing new
+    /// on it (existing locations keep working).
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl WorkerState {
@@ -194,6 +197,7 @@ impl WorkerState {
             credit_streams: DashMap::new(),
             split_info_apps: dashmap::DashSet::new(),
             secrets: Default::default(),
+            draining: Default::default(),
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
