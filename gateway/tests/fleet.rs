@@ -1,7 +1,8 @@
 //! Three `switchyard serve` processes as one fleet (nodes 1 and 2
 //! coordinate, node 3 is only a worker): both protocols' benches, through
 //! one coordinator, spread their partitions over every node and read every
-//! byte back; the end of a Celeborn application, told to one master,
+//! byte back (Celeborn with replication too, from the replica copies); the
+//! end of a Celeborn application, told to one master,
 //! removes its data on every worker; a killed worker leaves placement; a
 //! heartbeat without the cluster secret is refused.
 
@@ -155,6 +156,31 @@ fn three_nodes_serve_as_one_fleet() {
         "the Celeborn app removed everywhere",
         Duration::from_secs(15),
         || (1..=3).all(|i| !holds(cluster.node(i), "celeborn/fleet-celeborn-1")),
+    );
+
+    // Replication: every partition also on a second node, forwarded by its
+    // primary; every byte read back from the replica copies.
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--app",
+        "fleet-celeborn-r",
+        "--size",
+        "24MiB",
+        "--mappers",
+        "3",
+        "--partitions",
+        "12",
+        "--replicate",
+        "--read-replicas",
+    ]);
+    let stored: u64 = (1..=3)
+        .map(|i| written(cluster.node(i), "celeborn", "fleet-celeborn-r"))
+        .sum();
+    assert!(
+        stored >= 2 * (24 << 20),
+        "replicated 24 MiB but the nodes stored {stored} B"
     );
 
     // Uniffle through node 2's coordinator, both transports.

@@ -48,6 +48,14 @@ pub struct CelebornBenchArgs {
     /// ApplicationLost): they go when the application's lease expires.
     #[arg(long)]
     pub keep_app: bool,
+    /// Ask for replication (`push.replicate.enabled`): each partition gets a
+    /// replica on another worker, which the primary forwards every push to.
+    #[arg(long)]
+    pub replicate: bool,
+    /// With `--replicate`: read every partition from its replica copy, as a
+    /// reader does once the primary's worker is gone.
+    #[arg(long, requires = "replicate")]
+    pub read_replicas: bool,
 }
 
 pub(super) fn histogram() -> Histogram<u64> {
@@ -98,6 +106,16 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         args.mappers,
         args.master
     );
+    if args.replicate {
+        println!(
+            "replication: on (each partition on two workers), reads from the {} copies",
+            if args.read_replicas {
+                "replica"
+            } else {
+                "primary"
+            }
+        );
+    }
     let baseline = super::uniffle::loopback_tcp_gbps(total.min(4 << 30)).await?;
     println!("baseline: raw loopback TCP {baseline:.3} GB/s (one stream)");
 
@@ -130,6 +148,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                     application_id: app.clone(),
                     shuffle_id: 0,
                     partition_id_list: (0..args.partitions).collect(),
+                    should_replicate: args.replicate,
                     packed: false,
                     available_storage_types: 2,
                     max_workers: 10_000,
@@ -140,8 +159,9 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         .await?;
     let slots: PbRequestSlotsResponse = decode(&r)?;
     ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
-    // partition → worker id
+    // partition → worker id, of the primary and of the replica
     let mut owner: HashMap<i32, String> = HashMap::new();
+    let mut replica_owner: HashMap<i32, String> = HashMap::new();
     for (worker, res) in &slots.worker_resource {
         let rpc = Connection::connect(worker_addr(worker, 0)?).await?;
         ensure!(
@@ -157,6 +177,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                         application_id: app.clone(),
                         shuffle_id: 0,
                         primary_locations: res.primary_partitions.clone(),
+                        replica_locations: res.replica_partitions.clone(),
                         split_threshold: 1 << 40,
                         partition_split_enabled: true,
                         available_storage_types: 2,
@@ -175,6 +196,21 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         for l in &res.primary_partitions {
             owner.insert(l.id, worker.clone());
         }
+        for l in &res.replica_partitions {
+            replica_owner.insert(l.id, worker.clone());
+        }
+    }
+    if args.replicate {
+        ensure!(
+            replica_owner.len() == args.partitions as usize
+                && replica_owner.iter().all(|(p, w)| owner[p] != *w),
+            "replication asked: {} of {} partitions got a replica on another worker",
+            replica_owner
+                .iter()
+                .filter(|(p, w)| owner[*p] != **w)
+                .count(),
+            args.partitions
+        );
     }
     ensure!(
         owner.len() == args.partitions as usize,
@@ -231,14 +267,23 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
 
     // Commit on every worker (StageEnd).
     let commit_started = Instant::now();
-    let mut by_worker: HashMap<String, Vec<String>> = HashMap::new();
+    // Per worker: (primary ids, replica ids).
+    let mut by_worker: HashMap<String, (Vec<String>, Vec<String>)> = HashMap::new();
     for (p, w) in owner.iter() {
         by_worker
             .entry(w.clone())
             .or_default()
+            .0
             .push(format!("{p}-0"));
     }
-    for (worker, ids) in &by_worker {
+    for (p, w) in replica_owner.iter() {
+        by_worker
+            .entry(w.clone())
+            .or_default()
+            .1
+            .push(format!("{p}-0"));
+    }
+    for (worker, (ids, replica_ids)) in &by_worker {
         let rpc = Connection::connect(worker_addr(worker, 0)?).await?;
         let r = rpc
             .ask(
@@ -249,6 +294,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                         application_id: app.clone(),
                         shuffle_id: 0,
                         primary_ids: ids.clone(),
+                        replica_ids: replica_ids.clone(),
                         map_attempts: vec![0; args.mappers],
                         epoch: 1,
                         ..Default::default()
@@ -258,15 +304,27 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
             .await?;
         let c: PbCommitFilesResponse = decode(&r)?;
         ensure!(
-            c.status == 0 && c.committed_primary_ids.len() == ids.len(),
-            "commit on {worker}: status {}",
-            c.status
+            c.status == 0
+                && c.committed_primary_ids.len() == ids.len()
+                && c.committed_replica_ids.len() == replica_ids.len(),
+            "commit on {worker}: status {}, {} of {} primaries and {} of {} replicas committed",
+            c.status,
+            c.committed_primary_ids.len(),
+            ids.len(),
+            c.committed_replica_ids.len(),
+            replica_ids.len()
         );
     }
     let commit_time = commit_started.elapsed();
     let write_time = started.elapsed();
 
     // Readers: one partition at a time.
+    // Where each partition is read from: its primary, or its replica copy.
+    let (owner, mode) = if args.read_replicas {
+        (Arc::new(replica_owner), 1)
+    } else {
+        (owner, 0)
+    };
     let next = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let chunk_latency = Arc::new(Mutex::new(histogram()));
     let started = Instant::now();
@@ -289,7 +347,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                     MessageType::OpenStream,
                     &PbOpenStream {
                         shuffle_key: key.clone(),
-                        file_name: format!("{p}-0-0"),
+                        file_name: format!("{p}-0-{mode}"),
                         start_index: 0,
                         end_index: i32::MAX,
                         ..Default::default()

@@ -116,6 +116,8 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         server_pid: None,
         app: Some(app.clone()),
         keep_app: false,
+        replicate: false,
+        read_replicas: false,
     });
     let uniffle = super::uniffle::run(UniffleBenchArgs {
         coordinator: args.uniffle_coordinator.clone(),

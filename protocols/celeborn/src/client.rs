@@ -74,7 +74,7 @@ impl Drop for Connection {
 
 static NEXT_REQUEST: AtomicI64 = AtomicI64::new(1);
 
-fn next_request_id() -> i64 {
+pub(crate) fn next_request_id() -> i64 {
     NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -140,6 +140,11 @@ impl Connection {
             events,
             reader,
         })
+    }
+
+    /// Whether the connection has ended (its reader stopped).
+    pub fn is_closed(&self) -> bool {
+        self.reader.is_finished()
     }
 
     /// Receives the frames that answer no request of ours from now on; the

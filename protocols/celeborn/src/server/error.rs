@@ -94,6 +94,14 @@ pub enum CelebornError {
         #[source]
         source: StorageError,
     },
+    /// Forwarding a push to the replica's worker failed: the client revives
+    /// (`code` is one of the `*_REPLICA` push statuses).
+    #[error("{code}: replicating to {peer}: {detail}")]
+    Replicate {
+        code: StatusCode,
+        peer: String,
+        detail: String,
+    },
 
     /// OpenStream of a map partition this worker does not hold.
     #[error("unknown map partition {0}")]
@@ -213,6 +221,7 @@ impl CelebornError {
             },
             Write { replica: false, .. } => StatusCode::PushDataWriteFailPrimary,
             Write { replica: true, .. } => StatusCode::PushDataWriteFailReplica,
+            Replicate { code, .. } => *code,
             UnknownMapPartition(_) | SubPartitionRange { .. } | NotCommitted(_) | Open { .. } => {
                 StatusCode::OpenStreamFailed
             }

@@ -182,13 +182,12 @@ impl MasterEndpoint {
                 ..Default::default()
             };
         }
-        // Replica pushes are not forwarded between workers yet, so a replica
-        // would never hold the data: primaries only.
-        if r.should_replicate {
-            tracing::warn!(app = %r.application_id, "replication asked, but replica forwarding is not supported yet: primaries only");
-        }
         self.fleet.app_seen(&r.application_id);
-        let placed = place(&r.partition_id_list, self.fleet.workers(), false);
+        let candidates = self.fleet.workers();
+        if r.should_replicate && candidates.len() < 2 {
+            tracing::warn!(app = %r.application_id, workers = candidates.len(), "replication asked, but fewer than two workers take partitions: primaries only");
+        }
+        let placed = place(&r.partition_id_list, candidates, r.should_replicate);
         if placed.is_empty() {
             tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, "no slots: no worker takes partitions");
             return PbRequestSlotsResponse {
@@ -221,6 +220,31 @@ impl MasterEndpoint {
                     map_id_bitmap: Default::default(),
                 }
             };
+        // Each primary's peer is its replica and each replica's its primary.
+        let mut primary_at = std::collections::HashMap::new();
+        let mut replica_at = std::collections::HashMap::new();
+        for (a, slots) in &placed {
+            for &id in &slots.primaries {
+                primary_at.insert(id, a.clone());
+            }
+            for &id in &slots.replicas {
+                replica_at.insert(id, a.clone());
+            }
+        }
+        let linked = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
+            let mut loc = location(a, id, mode);
+            let (other, other_mode) = match mode {
+                pb_partition_location::Mode::Primary => {
+                    (replica_at.get(&id), pb_partition_location::Mode::Replica)
+                }
+                pb_partition_location::Mode::Replica => {
+                    (primary_at.get(&id), pb_partition_location::Mode::Primary)
+                }
+            };
+            loc.peer = other.map(|o| Box::new(location(o, id, other_mode)));
+            loc
+        };
+        let location = linked;
         let workers = placed.len();
         let worker_resource = placed
             .into_iter()

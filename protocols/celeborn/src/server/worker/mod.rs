@@ -8,6 +8,7 @@ mod fetch;
 mod gate;
 pub mod map_partition;
 mod push;
+mod replicate;
 mod rpc;
 mod state;
 

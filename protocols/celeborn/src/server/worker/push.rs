@@ -316,12 +316,26 @@ impl Handler<Message> for PushPort {
                     &p.body,
                 );
                 let reply = match verdict {
-                    Verdict::Write(loc, soft) => match self.append(&loc, p.body).await {
-                        Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
-                        Ok(()) => Ok(Vec::new()),
-                        Err(CelebornError::Sealed(_)) => Ok(vec![StatusCode::HardSplit.value()]),
-                        Err(e) => Err(e),
-                    },
+                    Verdict::Write(loc, soft) => {
+                        let local = self.append(&loc, p.body.clone());
+                        // A primary with a peer answers once both copies are held.
+                        let written = match (!replica).then(|| loc.peer.read().clone()).flatten() {
+                            Some(peer) => {
+                                let (local, remote) =
+                                    tokio::join!(local, self.state.replicator.push(&peer, &p));
+                                local.and(remote)
+                            }
+                            None => local.await,
+                        };
+                        match written {
+                            Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
+                            Ok(()) => Ok(Vec::new()),
+                            Err(CelebornError::Sealed(_)) => {
+                                Ok(vec![StatusCode::HardSplit.value()])
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
                     Verdict::Reply(code) => Ok(vec![code.value()]),
                     Verdict::Fail(e) => Err(e),
                 };
@@ -360,41 +374,64 @@ impl Handler<Message> for PushPort {
                     .as_ref()
                     .is_some_and(|s| self.state.split_info_apps.contains(&s.app));
                 let failed = verdicts.iter().position(|v| matches!(v, Verdict::Fail(_)));
-                let reply = if let Some(i) = failed {
-                    match verdicts.swap_remove(i) {
-                        Verdict::Fail(e) => Err(e),
-                        _ => unreachable!("position() found a Fail"),
-                    }
-                } else if verdicts
-                    .iter()
-                    .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
-                {
-                    Ok(vec![StatusCode::MapEnded.value()])
-                } else if split_info {
-                    self.merged_with_split_info(verdicts, batches).await
-                } else if verdicts
-                    .iter()
-                    .any(|v| !matches!(v, Verdict::Write(_, false)))
-                {
-                    // 0.5 clients read only a bare HARD_SPLIT, which sends
-                    // every batch of the push to revive: write none of them.
-                    Ok(vec![StatusCode::HardSplit.value()])
+                // The replica's worker, when these locations have one (a merged
+                // push goes to one primary worker and one replica worker).
+                let peer = if replica || failed.is_some() {
+                    None
                 } else {
-                    let mut result = Ok(vec![StatusCode::Success.value()]);
-                    for (v, batch) in verdicts.into_iter().zip(batches) {
-                        if let Verdict::Write(loc, _) = v {
-                            if let Err(e) = self.append(&loc, batch).await {
-                                result = match e {
-                                    CelebornError::Sealed(_) => {
-                                        Ok(vec![StatusCode::HardSplit.value()])
-                                    }
-                                    e => Err(e),
-                                };
-                                break;
+                    verdicts.iter().find_map(|v| match v {
+                        Verdict::Write(loc, _) => loc.peer.read().clone(),
+                        _ => None,
+                    })
+                };
+                let local = async {
+                    if let Some(i) = failed {
+                        match verdicts.swap_remove(i) {
+                            Verdict::Fail(e) => Err(e),
+                            _ => unreachable!("position() found a Fail"),
+                        }
+                    } else if verdicts
+                        .iter()
+                        .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
+                    {
+                        Ok(vec![StatusCode::MapEnded.value()])
+                    } else if split_info {
+                        self.merged_with_split_info(verdicts, batches).await
+                    } else if verdicts
+                        .iter()
+                        .any(|v| !matches!(v, Verdict::Write(_, false)))
+                    {
+                        // 0.5 clients read only a bare HARD_SPLIT, which sends
+                        // every batch of the push to revive: write none of them.
+                        Ok(vec![StatusCode::HardSplit.value()])
+                    } else {
+                        let mut result = Ok(vec![StatusCode::Success.value()]);
+                        for (v, batch) in verdicts.into_iter().zip(batches) {
+                            if let Verdict::Write(loc, _) = v {
+                                if let Err(e) = self.append(&loc, batch).await {
+                                    result = match e {
+                                        CelebornError::Sealed(_) => {
+                                            Ok(vec![StatusCode::HardSplit.value()])
+                                        }
+                                        e => Err(e),
+                                    };
+                                    break;
+                                }
                             }
                         }
+                        result
                     }
-                    result
+                };
+                let reply = match peer {
+                    Some(peer) => {
+                        let (local, remote) =
+                            tokio::join!(local, self.state.replicator.push_merged(&peer, &p));
+                        match (local, remote) {
+                            (Ok(_), Err(e)) => Err(e),
+                            (local, _) => local,
+                        }
+                    }
+                    None => local.await,
                 };
                 self.send(&replier, p.request_id, reply, request).await;
             }

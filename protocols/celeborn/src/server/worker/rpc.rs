@@ -53,14 +53,50 @@ impl Endpoint for WorkerEndpoint {
     }
 }
 
-/// (id, epoch, replica) of every location in a ReserveSlots request: the
-/// plain lists (≤0.4 clients) or the packed pair (0.5+).
-fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, CelebornError> {
-    let mut out: Vec<(i32, i32, bool)> = r
+/// One location of a ReserveSlots request.
+#[derive(Debug, PartialEq, Eq)]
+struct Reserved {
+    id: i32,
+    epoch: i32,
+    replica: bool,
+    /// A primary's peer (its replica): `host:replicatePort`.
+    peer: Option<String>,
+}
+
+/// `host:replicatePort` of a worker unique id `host:rpc:push:fetch:replicate`.
+fn replicate_addr(worker_id: &str) -> Option<String> {
+    let (rest, replicate) = worker_id.rsplit_once(':')?;
+    let mut host = rest;
+    for _ in 0..3 {
+        host = host.rsplit_once(':')?.0;
+    }
+    replicate.parse::<u16>().ok()?;
+    Some(format!("{host}:{replicate}"))
+}
+
+/// Every location in a ReserveSlots request: the plain lists (≤0.4
+/// clients) or the packed pair (0.5+).
+fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<Reserved>, CelebornError> {
+    let plain_peer = |l: &PbPartitionLocation| {
+        l.peer
+            .as_ref()
+            .map(|p| format!("{}:{}", p.host, p.replicate_port))
+    };
+    let mut out: Vec<Reserved> = r
         .primary_locations
         .iter()
-        .map(|l| (l.id, l.epoch, false))
-        .chain(r.replica_locations.iter().map(|l| (l.id, l.epoch, true)))
+        .map(|l| Reserved {
+            id: l.id,
+            epoch: l.epoch,
+            replica: false,
+            peer: plain_peer(l),
+        })
+        .chain(r.replica_locations.iter().map(|l| Reserved {
+            id: l.id,
+            epoch: l.epoch,
+            replica: true,
+            peer: None,
+        }))
         .collect();
     if out.is_empty() {
         if let Some(pair) = &r.partition_locations_pair {
@@ -76,7 +112,22 @@ fn reserved_locations(r: &PbReserveSlots) -> Result<Vec<(i32, i32, bool)>, Celeb
                 )));
             }
             for i in 0..n {
-                out.push((locs.ids[i], locs.epoches[i], locs.modes[i] == 1));
+                let replica = locs.modes[i] == 1;
+                // A primary's peer entry names the replica's worker.
+                let peer = (!replica)
+                    .then(|| pair.peer_indexes.get(i).copied())
+                    .flatten()
+                    .and_then(|p| usize::try_from(p).ok())
+                    .and_then(|p| locs.worker_ids.get(p))
+                    .and_then(|&w| usize::try_from(w).ok())
+                    .and_then(|w| locs.worker_ids_set.get(w))
+                    .and_then(|w| replicate_addr(w));
+                out.push(Reserved {
+                    id: locs.ids[i],
+                    epoch: locs.epoches[i],
+                    replica,
+                    peer,
+                });
             }
         }
     }
@@ -168,10 +219,11 @@ impl WorkerEndpoint {
         shuffle.set_modes(split_mode, partition_type);
         self.state
             .describe_client(&r.application_id, partition_type);
-        for &(id, epoch, replica) in &locations {
-            shuffle.add_location(id, epoch, replica);
+        let count = locations.len();
+        for l in locations {
+            shuffle.add_location(l.id, l.epoch, l.replica, l.peer);
         }
-        tracing::debug!(shuffle = %key, locations = locations.len(), "slots reserved");
+        tracing::debug!(shuffle = %key, locations = count, "slots reserved");
         PbReserveSlotsResponse {
             status: StatusCode::Success.as_i32(),
             reason: String::new(),
@@ -328,6 +380,50 @@ mod tests {
     }
 
     #[test]
+    fn a_primarys_peer_is_its_replica_workers_replicate_port() {
+        let r = PbReserveSlots {
+            partition_locations_pair: Some(PbPackedPartitionLocationsPair {
+                locations: Some(PbPackedPartitionLocations {
+                    ids: vec![4, 4],
+                    epoches: vec![0, 0],
+                    modes: vec![0, 1],
+                    worker_ids: vec![0, 1],
+                    worker_ids_set: vec![
+                        "127.0.0.2:9100:9101:9102:9103".into(),
+                        "127.0.0.3:9100:9101:9102:9203".into(),
+                    ],
+                    ..Default::default()
+                }),
+                peer_indexes: vec![1, i32::MAX],
+                input_location_size: 1,
+            }),
+            ..Default::default()
+        };
+        let got = reserved_locations(&r).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].peer.as_deref(), Some("127.0.0.3:9203"));
+        assert_eq!(replicate_addr("::1:1:2:3:4").as_deref(), Some("::1:4"));
+        assert_eq!(replicate_addr("host:1:2:3"), None);
+        // Plain lists (≤0.4 clients) carry the peer inline.
+        let plain = PbReserveSlots {
+            primary_locations: vec![PbPartitionLocation {
+                id: 1,
+                peer: Some(Box::new(PbPartitionLocation {
+                    host: "h".into(),
+                    replicate_port: 7,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            reserved_locations(&plain).unwrap()[0].peer.as_deref(),
+            Some("h:7")
+        );
+    }
+
+    #[test]
     fn packed_locations_take_only_the_input_entries() {
         let r = PbReserveSlots {
             partition_locations_pair: Some(PbPackedPartitionLocationsPair {
@@ -343,10 +439,12 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(
-            reserved_locations(&r).unwrap(),
-            vec![(4, 0, false), (5, 2, false)]
-        );
+        let got: Vec<_> = reserved_locations(&r)
+            .unwrap()
+            .into_iter()
+            .map(|l| (l.id, l.epoch, l.replica))
+            .collect();
+        assert_eq!(got, vec![(4, 0, false), (5, 2, false)]);
         let mut bad = r.clone();
         bad.partition_locations_pair
             .as_mut()

@@ -67,6 +67,9 @@ pub struct Location {
     pub bytes: AtomicU64,
     next_block: AtomicI64,
     pub committed: AtomicBool,
+    /// A primary's replica: `host:replicatePort` of the peer worker, which
+    /// every push to it is forwarded to.
+    pub peer: parking_lot::RwLock<Option<String>>,
     /// Regions of a map partition (Flink); unused for reduce partitions.
     pub map: Mutex<MapPartition>,
 }
@@ -105,9 +108,16 @@ impl ShuffleState {
             .map(|l| l.clone())
     }
 
-    pub(crate) fn add_location(&self, id: i32, epoch: i32, replica: bool) -> Arc<Location> {
+    pub(crate) fn add_location(
+        &self,
+        id: i32,
+        epoch: i32,
+        replica: bool,
+        peer: Option<String>,
+    ) -> Arc<Location> {
         let uid = format!("{id}-{epoch}");
-        self.locations
+        let loc = self
+            .locations
             .entry((uid, replica))
             .or_insert_with(|| {
                 Arc::new(Location {
@@ -117,10 +127,15 @@ impl ShuffleState {
                     bytes: AtomicU64::new(0),
                     next_block: AtomicI64::new(0),
                     committed: AtomicBool::new(false),
+                    peer: parking_lot::RwLock::new(None),
                     map: Mutex::new(MapPartition::default()),
                 })
             })
-            .clone()
+            .clone();
+        if peer.is_some() {
+            *loc.peer.write() = peer;
+        }
+        loc
     }
 
     /// Whether this shuffle's locations are map partitions (Flink).
@@ -182,6 +197,8 @@ pub struct WorkerState {
     /// Set while the node decommissions: a master alone places nothing new
     /// on it (existing locations keep working).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Connections to the workers that hold this worker's replicas.
+    pub replicator: super::replicate::Replicator,
 }
 
 impl WorkerState {
@@ -198,6 +215,7 @@ impl WorkerState {
             split_info_apps: dashmap::DashSet::new(),
             secrets: Default::default(),
             draining: Default::default(),
+            replicator: Default::default(),
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));

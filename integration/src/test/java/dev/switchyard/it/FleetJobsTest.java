@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.apache.spark.SparkConf;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -111,6 +112,47 @@ class FleetJobsTest {
         }
         System.out.println("[timing] " + line);
         SparkHarness.appendTiming(line.toString());
+      }
+
+      // Celeborn with replication: every push is held on two nodes. Node 3 is killed (-9)
+      // between the job that wrote the shuffle and the job that reads it again, and the second
+      // read, from the surviving replicas, equals vanilla.
+      long before = 0;
+      for (int i = 1; i <= 3; i++) {
+        before += written(cluster, i, "celeborn");
+      }
+      final long[] stored = {before};
+      SparkConf conf = SparkHarness.withCeleborn(SparkHarness.baseConf("fleet-replicated", "local[2]"), masters, writer)
+          .set("spark.celeborn.client.push.replicate.enabled", "true")
+          // A reader that cannot reach the dead primary moves to the replica: fewer and shorter
+          // connect retries (3 x 5 s by default), and the failed worker skipped afterwards.
+          .set("spark.celeborn.data.io.maxRetries", "1")
+          .set("spark.celeborn.data.io.retryWait", "1s")
+          .set("spark.celeborn.client.fetch.excludeWorkerOnFailure.enabled", "true");
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> replicated = SparkHarness.runApp(conf, spark ->
+          Jobs.reusedShuffle(spark, records, () -> {
+            try {
+              long now = 0;
+              for (int i = 1; i <= 3; i++) {
+                now += written(cluster, i, "celeborn");
+              }
+              stored[0] = now - stored[0];
+              System.out.printf("[suite] fleet: replicated shuffle stored %s over 3 nodes; killing node 3%n",
+                  SparkHarness.mb(stored[0]));
+              cluster.kill(3);
+            } catch (Exception e) {
+              throw new RuntimeException(e);
+            }
+          }));
+      Compare.sameList("fleet: replicated celeborn, node 3 killed before the second read", vanilla.value(), replicated.value());
+      // Both jobs read the shuffle; it was written once, as two copies.
+      long wrote = replicated.shuffleBytesWritten();
+      String line = String.format("fleet celeborn-replicated %6d ms, wrote %s, stored %s on the nodes (%.2fx), node 3 killed between the jobs",
+          replicated.jobMillis(), SparkHarness.mb(wrote), SparkHarness.mb(stored[0]), stored[0] / (double) Math.max(1, wrote));
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line);
+      if (stored[0] < 1.8 * wrote) {
+        throw new AssertionError("replication on, but the nodes stored " + stored[0] + " bytes for " + wrote + " written");
       }
     }
   }

@@ -396,6 +396,51 @@ public final class Jobs {
   }
 
   /**
+   * The large job's shuffle used by two Spark jobs: the first (a count) runs the map stage and
+   * reads every partition once; then {@code between} runs (a test kills a node there); the second
+   * reuses the map output (its map stage is skipped) and reads every partition again. Returns the
+   * second job's (count, hashSum) per partition, checked to add up to {@code records}.
+   */
+  public static List<PartitionDigest> reusedShuffle(SparkSession spark, long records, Runnable between) {
+    final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
+    org.apache.spark.api.java.JavaPairRDD<Long, byte[]> shuffled =
+        jsc(spark)
+            .parallelize(range(LARGE_MAPS), LARGE_MAPS)
+            .flatMapToPair(p -> new RecordGenerator(SEED * 43 + p, Math.max(0, Math.min(perMap, records - p * perMap)), 0))
+            .partitionBy(new HashPartitioner(LARGE_PARTITIONS));
+    long first = shuffled.count();
+    if (first != records) {
+      throw new AssertionError("reused shuffle: first job counted " + first + " of " + records);
+    }
+    between.run();
+    List<Tuple3<Integer, Long, Long>> parts =
+        shuffled
+            .mapPartitionsWithIndex(
+                (idx, it) -> {
+                  long n = 0;
+                  long h = 0;
+                  while (it.hasNext()) {
+                    Tuple2<Long, byte[]> t = it.next();
+                    n++;
+                    h += recordHash(t._1(), t._2());
+                  }
+                  return Collections.singletonList(new Tuple3<>(idx, n, h)).iterator();
+                },
+                true)
+            .collect();
+    List<PartitionDigest> out = new ArrayList<>();
+    long total = 0;
+    for (int i = 0; i < parts.size(); i++) {
+      out.add(new PartitionDigest(parts.get(i)._2(), parts.get(i)._3()));
+      total += parts.get(i)._2();
+    }
+    if (total != records) {
+      throw new AssertionError("reused shuffle: " + total + " records in the second job, " + records + " before");
+    }
+    return out;
+  }
+
+  /**
    * {@code LARGE_MAPS} map tasks of records from {@code generator}, hash-partitioned into
    * {@code LARGE_PARTITIONS}; (count, sum of hashes) per output partition, checked to add up to
    * {@code records}.

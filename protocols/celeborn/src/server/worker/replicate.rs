@@ -1,0 +1,135 @@
+//! Replication, primary side: a push to a primary location that has a peer
+//! is forwarded, as the same frame with mode REPLICA, to the peer worker's
+//! replicate port, and the client is answered after both copies are held
+//! (Celeborn's PushDataHandler). One connection per peer, opened on first
+//! use and again after it breaks.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::Mutex;
+
+use super::super::error::CelebornError;
+use crate::client::{next_request_id, ClientError, Connection};
+use crate::frame::{Message, Mode, PushData, PushMergedData};
+use crate::status::StatusCode;
+
+/// A replica that does not answer within this fails the push (below the
+/// client's own 120 s push timeout, so it revives instead of timing out).
+const REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+pub struct Replicator {
+    /// Per peer `host:replicatePort`; the mutex makes concurrent first uses
+    /// open one connection.
+    peers: DashMap<String, Arc<Mutex<Option<Arc<Connection>>>>>,
+}
+
+impl Replicator {
+    async fn connection(&self, peer: &str) -> Result<Arc<Connection>, CelebornError> {
+        let slot = self.peers.entry(peer.to_string()).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let addr: SocketAddr = tokio::net::lookup_host(peer)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                fail(
+                    StatusCode::PushDataCreateConnectionFailReplica,
+                    peer,
+                    "cannot resolve".into(),
+                )
+            })?;
+        let c = tokio::time::timeout(Duration::from_secs(10), Connection::connect(addr))
+            .await
+            .map_err(|_| {
+                fail(
+                    StatusCode::PushDataCreateConnectionFailReplica,
+                    peer,
+                    "connect timed out".into(),
+                )
+            })?
+            .map_err(|e| {
+                fail(
+                    StatusCode::PushDataCreateConnectionFailReplica,
+                    peer,
+                    e.to_string(),
+                )
+            })?;
+        let c = Arc::new(c);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Forwards a PushData to the replica; Ok once the replica holds it.
+    pub async fn push(&self, peer: &str, p: &PushData) -> Result<(), CelebornError> {
+        let id = next_request_id();
+        let frame = Message::PushData(PushData {
+            request_id: id,
+            mode: Mode::Replica,
+            shuffle_key: p.shuffle_key.clone(),
+            partition_unique_id: p.partition_unique_id.clone(),
+            body: p.body.clone(),
+        });
+        self.forward(peer, id, frame).await
+    }
+
+    /// Forwards a PushMergedData (every batch) to the replica.
+    pub async fn push_merged(&self, peer: &str, p: &PushMergedData) -> Result<(), CelebornError> {
+        let id = next_request_id();
+        let frame = Message::PushMergedData(PushMergedData {
+            request_id: id,
+            mode: Mode::Replica,
+            shuffle_key: p.shuffle_key.clone(),
+            partition_unique_ids: p.partition_unique_ids.clone(),
+            batch_offsets: p.batch_offsets.clone(),
+            body: p.body.clone(),
+        });
+        self.forward(peer, id, frame).await
+    }
+
+    async fn forward(&self, peer: &str, id: i64, frame: Message) -> Result<(), CelebornError> {
+        let conn = self.connection(peer).await?;
+        let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.call(id, frame)).await;
+        let result = match reply {
+            Err(_) => Err(fail(
+                StatusCode::PushDataTimeoutReplica,
+                peer,
+                "no reply".into(),
+            )),
+            Ok(Err(ClientError::Failure(text))) => {
+                Err(fail(StatusCode::PushDataWriteFailReplica, peer, text))
+            }
+            Ok(Err(e)) => Err(fail(
+                StatusCode::PushDataConnectionExceptionReplica,
+                peer,
+                e.to_string(),
+            )),
+            // A replica that could not take the batch (its location split or
+            // is gone) fails the push, so the client revives both copies.
+            Ok(Ok(body)) if body.first() == Some(&StatusCode::HardSplit.value()) => Err(fail(
+                StatusCode::PushDataWriteFailReplica,
+                peer,
+                "the replica location refused the batch".into(),
+            )),
+            Ok(Ok(_)) => Ok(()),
+        };
+        let outcome = if result.is_ok() { "ok" } else { "failed" };
+        metrics::counter!("switchyard_celeborn_replicated_pushes_total", "result" => outcome)
+            .increment(1);
+        result
+    }
+}
+
+fn fail(code: StatusCode, peer: &str, detail: String) -> CelebornError {
+    CelebornError::Replicate {
+        code,
+        peer: peer.to_string(),
+        detail,
+    }
+}
