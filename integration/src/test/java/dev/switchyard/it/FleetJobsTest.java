@@ -156,4 +156,149 @@ class FleetJobsTest {
       }
     }
   }
+
+  /** Counts failed tasks; runs {@code action} (on its own thread) once {@code after} map tasks ended. */
+  static final class MapStageTrigger extends org.apache.spark.scheduler.SparkListener {
+    final java.util.concurrent.atomic.AtomicInteger mapTasksDone = new java.util.concurrent.atomic.AtomicInteger();
+    final java.util.concurrent.atomic.AtomicInteger failedTasks = new java.util.concurrent.atomic.AtomicInteger();
+    final java.util.concurrent.atomic.AtomicBoolean fired = new java.util.concurrent.atomic.AtomicBoolean();
+    final int after;
+    final Runnable action;
+    volatile Thread thread;
+
+    MapStageTrigger(int after, Runnable action) {
+      this.after = after;
+      this.action = action;
+    }
+
+    @Override
+    public void onTaskEnd(org.apache.spark.scheduler.SparkListenerTaskEnd end) {
+      if (!(end.reason() instanceof org.apache.spark.Success$)) {
+        failedTasks.incrementAndGet();
+      }
+      if (end.taskType().equals("ShuffleMapTask") && mapTasksDone.incrementAndGet() >= after
+          && fired.compareAndSet(false, true)) {
+        thread = new Thread(action, "fleet-kill");
+        thread.start();
+      }
+    }
+  }
+
+  /**
+   * Celeborn with replication, node 3 killed (SIGKILL) in the middle of the map stage: pushes to
+   * it fail and the client revives them onto the other two nodes, whose copies (primaries and the
+   * replicas of node 3's primaries) carry the rest. The result equals vanilla.
+   */
+  @Test
+  void celebornReplicatedJobSurvivesANodeKilledDuringTheMapStage() throws Exception {
+    long records = Long.getLong("switchyard.fleet.records", 1_000_000L);
+    String writer = SparkHarness.celebornWriters().get(0);
+    SparkHarness.Timed<List<Jobs.PartitionDigest>> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-fleet-kill", "local[2]"), spark -> Jobs.largeShuffle(spark, records));
+    try (SwitchyardCluster cluster = SwitchyardCluster.start("fleet-kill", 3, "256MiB", FLEET_TOML)) {
+      waitForWorkers(cluster, 3);
+      String masters = String.join(",",
+          cluster.celebornMasterEndpoint(1), cluster.celebornMasterEndpoint(2), cluster.celebornMasterEndpoint(3));
+      SparkConf conf = SparkHarness.withCeleborn(SparkHarness.baseConf("fleet-kill-map", "local[2]"), masters, writer)
+          .set("spark.celeborn.client.push.replicate.enabled", "true")
+          .set("spark.celeborn.data.io.maxRetries", "1")
+          .set("spark.celeborn.data.io.retryWait", "1s")
+          .set("spark.celeborn.client.fetch.excludeWorkerOnFailure.enabled", "true");
+      MapStageTrigger trigger = new MapStageTrigger(Jobs.LARGE_MAPS / 3, () -> {
+        System.out.println("[suite] fleet: killing node 3 during the map stage");
+        cluster.kill(3);
+      });
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> run = SparkHarness.runApp(conf, spark -> {
+        spark.sparkContext().addSparkListener(trigger);
+        return Jobs.largeShuffle(spark, records);
+      });
+      if (!trigger.fired.get()) {
+        throw new AssertionError("the map stage ended before node 3 was killed");
+      }
+      trigger.thread.join();
+      Compare.sameList("fleet: replicated celeborn, node 3 killed during the map stage", vanilla.value(), run.value());
+      String line = String.format("fleet celeborn-replicated kill-during-map %6d ms, wrote %s, failed tasks %d",
+          run.jobMillis(), SparkHarness.mb(run.shuffleBytesWritten()), trigger.failedTasks.get());
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line);
+    }
+  }
+
+  /**
+   * Uniffle with two replicas per block (written to both, read from one), node 3 killed between
+   * the job that wrote the shuffle and the one that reads it again: the readers fall back to the
+   * surviving replica. The result equals vanilla.
+   */
+  @Test
+  void uniffleReplicatedShuffleSurvivesANodeKilledBetweenTwoJobs() throws Exception {
+    long records = Long.getLong("switchyard.fleet.records", 1_000_000L);
+    SparkHarness.Timed<List<Jobs.PartitionDigest>> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-fleet-uniffle", "local[2]"), spark -> Jobs.largeShuffle(spark, records));
+    try (SwitchyardCluster cluster = SwitchyardCluster.start("fleet-uniffle", 3, "256MiB", FLEET_TOML)) {
+      waitForWorkers(cluster, 3);
+      SparkConf conf = SparkHarness.withUniffle(SparkHarness.baseConf("fleet-uniffle-replica", "local[2]"),
+              cluster.coordinatorQuorum(), SparkHarness.clientType())
+          .set("spark.rss.data.replica", "2")
+          .set("spark.rss.data.replica.write", "2")
+          .set("spark.rss.data.replica.read", "1");
+      final long[] stored = {0};
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> run = SparkHarness.runApp(conf, spark ->
+          Jobs.reusedShuffle(spark, records, () -> {
+            try {
+              for (int i = 1; i <= 3; i++) {
+                stored[0] += written(cluster, i, "uniffle");
+              }
+            } catch (Exception e) {
+              throw new RuntimeException(e);
+            }
+            System.out.printf("[suite] fleet: uniffle stored %s over 3 nodes; killing node 3%n", SparkHarness.mb(stored[0]));
+            cluster.kill(3);
+          }));
+      Compare.sameList("fleet: uniffle 2 replicas, node 3 killed before the second read", vanilla.value(), run.value());
+      long wrote = run.shuffleBytesWritten();
+      String line = String.format("fleet uniffle-replicated %6d ms, wrote %s, stored %s on the nodes (%.2fx), node 3 killed between the jobs",
+          run.jobMillis(), SparkHarness.mb(wrote), SparkHarness.mb(stored[0]), stored[0] / (double) Math.max(1, wrote));
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line);
+      if (stored[0] < 1.8 * wrote) {
+        throw new AssertionError("two replicas, but the nodes stored " + stored[0] + " bytes for " + wrote + " written");
+      }
+    }
+  }
+
+  /**
+   * Celeborn without replication, node 3 killed between the job that wrote the shuffle and the
+   * one that reads it again: its partitions are lost, the readers report a fetch failure
+   * ({@code throwsFetchFailure}), Spark reruns the map stage onto the two live nodes, and the
+   * result equals vanilla (never a short or wrong one).
+   */
+  @Test
+  void celebornUnreplicatedDataLossRerunsTheStage() throws Exception {
+    long records = Long.getLong("switchyard.fleet.records", 1_000_000L);
+    String writer = SparkHarness.celebornWriters().get(0);
+    SparkHarness.Timed<List<Jobs.PartitionDigest>> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-fleet-loss", "local[2]"), spark -> Jobs.largeShuffle(spark, records));
+    try (SwitchyardCluster cluster = SwitchyardCluster.start("fleet-loss", 3, "256MiB", FLEET_TOML)) {
+      waitForWorkers(cluster, 3);
+      String masters = String.join(",",
+          cluster.celebornMasterEndpoint(1), cluster.celebornMasterEndpoint(2), cluster.celebornMasterEndpoint(3));
+      SparkConf conf = SparkHarness.withCeleborn(SparkHarness.baseConf("fleet-loss", "local[2]"), masters, writer)
+          .set("spark.celeborn.client.spark.fetch.throwsFetchFailure", "true")
+          .set("spark.celeborn.data.io.maxRetries", "1")
+          .set("spark.celeborn.data.io.retryWait", "1s");
+      MapStageTrigger failures = new MapStageTrigger(Integer.MAX_VALUE, () -> {});
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> run = SparkHarness.runApp(conf, spark -> {
+        spark.sparkContext().addSparkListener(failures);
+        return Jobs.reusedShuffle(spark, records, () -> cluster.kill(3));
+      });
+      Compare.sameList("fleet: unreplicated celeborn, node 3 killed before the second read", vanilla.value(), run.value());
+      String line = String.format("fleet celeborn-unreplicated loss %6d ms, failed tasks %d (fetch failures, then the stage reran)",
+          run.jobMillis(), failures.failedTasks.get());
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line);
+      if (failures.failedTasks.get() == 0) {
+        throw new AssertionError("node 3's partitions were lost, yet no task failed: were they read at all?");
+      }
+    }
+  }
 }
