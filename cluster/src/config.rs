@@ -45,6 +45,12 @@ pub struct ClusterConfig {
     /// A heartbeat not answered within this counts as failed. Default 5 s.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// For this long after its start a coordinator refuses drivers (Uniffle
+    /// assignments get INTERNAL_ERROR, Celeborn requests an RPC failure), so
+    /// that they ask the next coordinator while this one hears from the
+    /// workers. Default 6 s (two heartbeat intervals).
+    #[serde(with = "humantime_serde")]
+    pub warmup: Duration,
     /// How often a decommissioning node checks whether any application
     /// still holds data on it. Default 10 s.
     #[serde(with = "humantime_serde")]
@@ -65,6 +71,7 @@ impl Default for ClusterConfig {
             heartbeat_interval: Duration::from_secs(3),
             worker_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(5),
+            warmup: Duration::from_secs(6),
             decommission_check_interval: Duration::from_secs(10),
             decommission_timeout: Duration::from_secs(6 * 3600),
         }

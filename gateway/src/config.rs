@@ -344,6 +344,7 @@ impl GatewayConfig {
         // to Uniffle clients when it is lost to Celeborn's.
         if self.cluster.is_fleet() {
             self.uniffle.node_timeout = self.cluster.worker_timeout;
+            self.uniffle.warmup = self.cluster.warmup;
         }
     }
 

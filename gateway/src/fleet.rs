@@ -59,6 +59,8 @@ impl WorkerListener for UniffleFeed {
 pub struct CelebornFleet {
     pub directory: Arc<Directory>,
     pub apps: Arc<AppBook>,
+    /// The end of the coordinator's warm-up (`cluster.warmup` after start).
+    pub warm_at: std::time::Instant,
 }
 
 fn celeborn_addr(c: &CelebornEndpoint) -> WorkerAddr {
@@ -85,6 +87,10 @@ impl Fleet for CelebornFleet {
                 })
             })
             .collect()
+    }
+
+    fn warming(&self) -> bool {
+        std::time::Instant::now() < self.warm_at
     }
 
     fn knows(&self, unique_id: &str) -> bool {

@@ -132,6 +132,7 @@ pub async fn serve(
             directory: Arc::new(Directory::new(cluster.worker_timeout)),
             apps: Arc::new(AppBook::new(config.celeborn.app_timeout)),
         });
+    let warm_at = Instant::now() + cluster.warmup;
     let cluster_listener = match &coordination {
         Some(_) => Some(
             TcpListener::bind(cluster.listen)
@@ -158,6 +159,7 @@ pub async fn serve(
             let fleet: Arc<dyn Fleet> = Arc::new(CelebornFleet {
                 directory: c.directory.clone(),
                 apps: c.apps.clone(),
+                warm_at,
             });
             Box::new(move |_| fleet) as FleetFactory
         });
@@ -214,7 +216,7 @@ pub async fn serve(
                 }
             }
         }));
-        info!(%addr, "cluster coordinator listening");
+        info!(%addr, warmup = ?cluster.warmup, "cluster coordinator listening; drivers are refused until the warm-up ends");
     }
     let mut draining = Vec::new();
     if let Some(u) = &uniffle {
@@ -267,6 +269,7 @@ pub async fn serve(
         node: Arc::new(node_status),
         throughput,
         directory: coordination.as_ref().map(|c| c.directory.clone()),
+        warm_at: coordination.as_ref().map(|_| warm_at),
         decommission: decommission.clone(),
         token: config.admin.token.clone(),
     });

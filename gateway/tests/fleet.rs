@@ -39,6 +39,13 @@ fn workers(node: &Node) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Waits until coordinator `node` ended its warm-up.
+fn wait_warm(node: &Node) {
+    wait_for("the coordinator's warm-up", Duration::from_secs(20), || {
+        get_json(node, "/api/v1/cluster")["warming"] == false
+    });
+}
+
 fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
@@ -120,6 +127,7 @@ fn three_nodes_serve_as_one_fleet() {
             let w = workers(cluster.node(c));
             w.len() == 3 && w.iter().all(|(_, s)| s == "active")
         });
+        wait_warm(cluster.node(c));
         let mut listed: Vec<String> = workers(cluster.node(c)).into_iter().map(|w| w.0).collect();
         let mut expected = ids.clone();
         listed.sort();
@@ -355,6 +363,8 @@ fn a_decommissioned_node_takes_nothing_new_and_exits_once_released() {
             .count()
             == 3
     });
+    wait_warm(cluster.node(1));
+    wait_warm(cluster.node(2));
 
     // Without the token, or with a wrong one: refused, nothing changes.
     assert_eq!(post_decommission(cluster.node(3), None), 401);
@@ -451,4 +461,116 @@ fn a_decommissioned_node_takes_nothing_new_and_exits_once_released() {
     assert!(status.success(), "node 3 exited with {status}");
     let log = cluster.node(3).log_tail(60);
     assert!(log.contains("decommissioned"), "{log}");
+}
+
+#[test]
+fn a_restarted_coordinator_warms_up_and_deletes_nothing() {
+    use switchyard_celeborn::client::Connection;
+    use switchyard_celeborn::proto::{MessageType, PbRequestSlots};
+    use switchyard_celeborn::rpc::endpoint;
+    use switchyard_celeborn::TransportMessage;
+    use switchyard_uniffle::client::{Coordinator, Transport};
+
+    let mut cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            memory: "128MiB".into(),
+            coordinators: vec![1, 2],
+            warmup: "4s".into(),
+            ..ClusterOptions::default()
+        },
+    );
+    for c in [1, 2] {
+        wait_warm(cluster.node(c));
+    }
+    wait_for("three active workers", Duration::from_secs(20), || {
+        workers(cluster.node(2))
+            .iter()
+            .filter(|w| w.1 == "active")
+            .count()
+            == 3
+    });
+    let master1 = cluster.node(1).celeborn_master().to_string();
+    bench(&[
+        "celeborn",
+        "--master",
+        &master1,
+        "--app",
+        "live-1",
+        "--size",
+        "16MiB",
+        "--mappers",
+        "2",
+        "--partitions",
+        "9",
+        "--keep-app",
+    ]);
+    for i in [1, 3] {
+        assert!(holds(cluster.node(i), "celeborn/live-1"), "node {i}");
+    }
+
+    // Node 2 restarts: while it warms up it refuses drivers of both
+    // protocols (so they move on to node 1), and what it never heard of is
+    // not deleted anywhere.
+    cluster.restart(2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let master2 = cluster.node(2).celeborn_master();
+    let coordinator2 = cluster.node(2).uniffle_coordinator().to_string();
+    rt.block_on(async {
+        let warming = get_json(cluster.node(2), "/api/v1/cluster")["warming"].clone();
+        assert_eq!(warming, true, "just restarted");
+        let master = Connection::connect(master2).await.unwrap();
+        let err = master
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::RequestSlots,
+                    &PbRequestSlots {
+                        application_id: "during-warmup".into(),
+                        partition_id_list: vec![0, 1],
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("warming up"), "{err}");
+        let mut coordinator = Coordinator::connect(&coordinator2).await.unwrap();
+        let err = coordinator
+            .assignments("during-warmup", 0, 4, Transport::Grpc)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("warming up"), "{err}");
+    });
+    wait_warm(cluster.node(2));
+    // Several heartbeats of every worker to the fresh coordinator later,
+    // the application it never saw still has its data on nodes 1 and 3.
+    std::thread::sleep(Duration::from_secs(3));
+    for i in [1, 3] {
+        assert!(
+            holds(cluster.node(i), "celeborn/live-1"),
+            "node {i} deleted live-1"
+        );
+    }
+    // Warm, node 2 places on every worker again.
+    let coordinator = cluster.node(2).uniffle_coordinator().to_string();
+    bench(&[
+        "uniffle",
+        "--coordinator",
+        &coordinator,
+        "--app",
+        "after-warmup",
+        "--size",
+        "16MiB",
+        "--mappers",
+        "2",
+        "--partitions",
+        "9",
+    ]);
+    for i in 1..=3 {
+        assert!(
+            written(cluster.node(i), "uniffle", "after-warmup") > 0,
+            "node {i}"
+        );
+    }
 }

@@ -32,6 +32,8 @@ pub struct AdminState {
     pub throughput: Arc<ThroughputHistory>,
     /// The workers this node coordinates (fleet coordinators only).
     pub directory: Option<Arc<switchyard_cluster::Directory>>,
+    /// The end of this coordinator's warm-up (fleet coordinators only).
+    pub warm_at: Option<Instant>,
     pub decommission: Arc<crate::decommission::Decommission>,
     /// `admin.token`: what mutating endpoints require.
     pub token: Option<switchyard_storage::Secret>,
@@ -107,6 +109,9 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
 struct ClusterBody {
     /// This node's id: the coordinator answering.
     coordinator: String,
+    /// True during the coordinator's warm-up (`cluster.warmup`), while it
+    /// refuses drivers.
+    warming: bool,
     workers: Vec<switchyard_cluster::WorkerView>,
 }
 
@@ -116,6 +121,7 @@ async fn cluster(State(state): State<AdminState>) -> axum::response::Response {
     match &state.directory {
         Some(d) => Json(ClusterBody {
             coordinator: state.node.id.clone(),
+            warming: state.warm_at.is_some_and(|t| Instant::now() < t),
             workers: d.views(),
         })
         .into_response(),

@@ -70,6 +70,8 @@ pub struct ClusterOptions {
     /// The nodes (1-based) that coordinate the fleet; empty: no fleet,
     /// every node alone.
     pub coordinators: Vec<usize>,
+    /// `cluster.warmup` of fleet coordinators.
+    pub warmup: String,
 }
 
 /// The cluster secret of fixture fleets.
@@ -82,6 +84,7 @@ impl Default for ClusterOptions {
             log_level: "info".into(),
             extra_toml: String::new(),
             coordinators: Vec::new(),
+            warmup: "2s".into(),
         }
     }
 }
@@ -429,8 +432,9 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
         fleet = format!(
             "[cluster]\ncoordinators = [{}]\nroles = {roles}\nsecret = \"{FLEET_SECRET}\"\n\
              heartbeat_interval = \"1s\"\nworker_timeout = \"6s\"\nrequest_timeout = \"2s\"\n\
-             decommission_check_interval = \"1s\"\n\n",
-            list.join(", ")
+             decommission_check_interval = \"1s\"\nwarmup = \"{}\"\n\n",
+            list.join(", "),
+            options.warmup
         );
     }
     format!(

@@ -21,6 +21,12 @@ pub struct UniffleConfig {
     /// `cluster.roles`; not a key of its own).
     #[serde(skip, default = "yes")]
     pub coordinator_role: bool,
+    /// After its start the coordinator answers assignments with
+    /// INTERNAL_ERROR for this long, so that clients ask the next
+    /// coordinator while this one hears from the servers (the gateway's
+    /// `cluster.warmup` in a fleet; zero alone; not a key of its own).
+    #[serde(skip)]
+    pub warmup: Duration,
     /// The shuffle server's gRPC address, advertised through the coordinator.
     pub server_grpc_listen: SocketAddr,
     /// The shuffle server's Netty data-plane address (`GRPC_NETTY` clients);
@@ -80,6 +86,7 @@ impl Default for UniffleConfig {
             ticket_timeout: Duration::from_secs(60),
             node_timeout: Duration::from_secs(30),
             coordinator_role: true,
+            warmup: Duration::ZERO,
             max_servers_per_shuffle: 9,
             client_conf: BTreeMap::from([(
                 "spark.rss.storage.type".to_string(),

@@ -122,6 +122,8 @@ impl NodeRegistry {
 
 pub struct CoordinatorService {
     nodes: Arc<NodeRegistry>,
+    /// Until then, assignments and access are refused (warm-up).
+    warm_at: Instant,
     config: UniffleConfig,
     /// This node's store, told what clients say of themselves.
     store: Option<Arc<switchyard_storage::Store>>,
@@ -135,6 +137,7 @@ impl CoordinatorService {
     ) -> Self {
         CoordinatorService {
             nodes,
+            warm_at: Instant::now() + config.warmup,
             config,
             store,
         }
@@ -230,6 +233,13 @@ impl CoordinatorServer for CoordinatorService {
         request: Request<GetShuffleServerRequest>,
     ) -> Result<Response<GetShuffleAssignmentsResponse>, Status> {
         let r = request.into_inner();
+        if Instant::now() < self.warm_at {
+            return Ok(Response::new(GetShuffleAssignmentsResponse {
+                status: StatusCode::InternalError as i32,
+                assignments: Vec::new(),
+                ret_msg: "this coordinator is warming up (waiting for shuffle server heartbeats); try another".into(),
+            }));
+        }
         let required: HashSet<&str> = r.require_tags.iter().map(String::as_str).collect();
         let faulty: HashSet<&str> = r.faulty_server_ids.iter().map(String::as_str).collect();
         let mut candidates: Vec<(ShuffleServerId, i64)> = self

@@ -130,6 +130,10 @@ pub enum CelebornError {
     /// A chunk slice with a negative index or offset.
     #[error("negative {0}")]
     BadSlice(&'static str),
+    /// A master of a fleet that started moments ago and has not heard from
+    /// the workers yet: the driver moves to the next master.
+    #[error("this master is warming up (waiting for worker heartbeats); try another master")]
+    WarmingUp,
     /// The connection closed while the request waited: nothing to answer.
     #[error("the connection is closed")]
     Closed,
@@ -193,6 +197,7 @@ impl CelebornError {
             | UnsupportedLegacy(_)
             | NotARequest
             | NoEndpoint(_)
+            | WarmingUp
             | Closed
             | Encode(_)
             | BadName { .. }

@@ -25,6 +25,12 @@ pub trait Fleet: Send + Sync + 'static {
     /// coordinator; a driver asking about one that does not is told it is
     /// unknown.
     fn knows(&self, unique_id: &str) -> bool;
+    /// True while a just-started coordinator waits for the workers'
+    /// heartbeats: it then refuses drivers (RPC failure), so that they move
+    /// to the next master instead of hearing "no workers".
+    fn warming(&self) -> bool {
+        false
+    }
     /// Workers that are decommissioning (the driver's `shuttingWorkers`).
     fn shutting(&self) -> Vec<WorkerAddr> {
         Vec::new()

@@ -35,6 +35,9 @@ impl Endpoint for MasterEndpoint {
         tm: TransportMessage,
     ) -> Result<TransportMessage, CelebornError> {
         let store = &self.worker.store;
+        if self.fleet.warming() {
+            return Err(CelebornError::WarmingUp);
+        }
         match tm.kind() {
             Some(MessageType::RegisterApplicationInfo) => {
                 let r: PbRegisterApplicationInfo = decode(&tm)?;

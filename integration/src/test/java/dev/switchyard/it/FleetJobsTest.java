@@ -34,7 +34,8 @@ class FleetJobsTest {
           + "coordinators = [\"127.0.0.2:19980\", \"127.0.0.3:19980\", \"127.0.0.4:19980\"]\n"
           + "secret = \"integration-fleet\"\n"
           + "heartbeat_interval = \"1s\"\n"
-          + "worker_timeout = \"10s\"\n";
+          + "worker_timeout = \"10s\"\n"
+          + "warmup = \"2s\"\n";
 
   /** Bytes node {@code i} reports written for applications of {@code protocol}. */
   static long written(SwitchyardCluster c, int i, String protocol) throws Exception {
@@ -49,16 +50,22 @@ class FleetJobsTest {
     return sum;
   }
 
+  /** Until every coordinator lists {@code n} active workers and has ended its warm-up. */
   static void waitForWorkers(SwitchyardCluster c, int n) throws Exception {
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
     while (true) {
-      String body = c.adminGet(1, "/api/v1/cluster");
-      int active = body.split("\"state\":\"active\"", -1).length - 1;
-      if (active == n) {
+      boolean all = true;
+      String body = "";
+      for (int i = 1; i <= c.size(); i++) {
+        body = c.adminGet(i, "/api/v1/cluster");
+        int active = body.split("\"state\":\"active\"", -1).length - 1;
+        all &= active == n && body.contains("\"warming\":false");
+      }
+      if (all) {
         return;
       }
       if (System.nanoTime() > deadline) {
-        throw new AssertionError("node 1 does not list " + n + " active workers: " + body);
+        throw new AssertionError("the coordinators do not all list " + n + " active workers, warm: " + body);
       }
       Thread.sleep(200);
     }
