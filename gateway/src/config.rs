@@ -26,6 +26,10 @@ pub const ENV_HOST: &str = "SWITCHYARD_HOST";
 pub const ENV_ADMIN_LISTEN: &str = "SWITCHYARD_ADMIN_LISTEN";
 /// `admin.token`
 pub const ENV_ADMIN_TOKEN: &str = "SWITCHYARD_ADMIN_TOKEN";
+/// `cluster.roles`, comma separated: `coordinator,worker` or `worker`
+pub const ENV_ROLES: &str = "SWITCHYARD_ROLES";
+/// `cluster.secret`
+pub const ENV_CLUSTER_SECRET: &str = "SWITCHYARD_CLUSTER_SECRET";
 /// `storage.memory.capacity`, e.g. `2GiB`
 pub const ENV_MEMORY_CAPACITY: &str = "SWITCHYARD_MEMORY_CAPACITY";
 /// `storage.disks.dirs`, comma separated
@@ -45,6 +49,8 @@ pub const ENV_OVERRIDES: &[&str] = &[
     ENV_HOST,
     ENV_ADMIN_LISTEN,
     ENV_ADMIN_TOKEN,
+    ENV_ROLES,
+    ENV_CLUSTER_SECRET,
     ENV_MEMORY_CAPACITY,
     ENV_DATA_DIRS,
     ENV_DISK_MIN_FREE,
@@ -233,6 +239,23 @@ impl GatewayConfig {
         }
         if let Some(v) = get(ENV_ADMIN_TOKEN) {
             self.admin.token = Some(Secret(v.trim().to_string()));
+        }
+        if let Some(v) = get(ENV_ROLES) {
+            self.cluster.roles = v
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(|r| match r {
+                    "coordinator" => Ok(Role::Coordinator),
+                    "worker" => Ok(Role::Worker),
+                    other => Err(anyhow::anyhow!(
+                        "{ENV_ROLES}={v:?}: {other:?} is not a role (coordinator, worker)"
+                    )),
+                })
+                .collect::<anyhow::Result<_>>()?;
+        }
+        if let Some(v) = get(ENV_CLUSTER_SECRET) {
+            self.cluster.secret = Some(Secret(v.trim().to_string()));
         }
         if let Some(v) = get(ENV_MEMORY_CAPACITY) {
             self.storage.memory.capacity = parse_size(ENV_MEMORY_CAPACITY, &v)?;

@@ -115,10 +115,16 @@ fn check_config(
 const WORKER_ENV: &[(&str, &str)] = &[
     ("SWITCHYARD_NODE_ID", "sy-switchyard-worker-0"),
     ("SWITCHYARD_HOST", "10.1.2.3"),
+    ("SWITCHYARD_ROLES", "worker"),
+    ("SWITCHYARD_CLUSTER_SECRET", "from-the-secret"),
+    ("SWITCHYARD_ADMIN_TOKEN", "from-the-secret-too"),
 ];
 const COORDINATOR_ENV: &[(&str, &str)] = &[
     ("SWITCHYARD_NODE_ID", "sy-switchyard-coordinator-1"),
     ("SWITCHYARD_HOST", "10.1.2.4"),
+    ("SWITCHYARD_ROLES", "coordinator,worker"),
+    ("SWITCHYARD_CLUSTER_SECRET", "from-the-secret"),
+    ("SWITCHYARD_ADMIN_TOKEN", "from-the-secret-too"),
     ("SWITCHYARD_DATA_DIRS", "/var/lib/switchyard/data"),
 ];
 
@@ -180,6 +186,35 @@ fn chart_lints_renders_and_its_config_passes_check_config() {
             "{role}: listeners not on the pod IP:\n{stdout}"
         );
         assert!(stdout.contains("listen = \"0.0.0.0:19990\""), "{stdout}");
+        assert!(
+            stdout.contains(
+                "sy-switchyard-coordinator-1.sy-switchyard-coordinator-headless.default.svc:19980"
+            ),
+            "{role}: no coordinator list:\n{stdout}"
+        );
+        let roles = if role == "worker" {
+            "roles = [\"worker\"]"
+        } else {
+            "roles = [\n    \"coordinator\","
+        };
+        assert!(
+            stdout.contains(roles) || stdout.contains(&roles.replace("\n    ", "")),
+            "{role}: roles:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("secret = \"<redacted>\""),
+            "{role}: {stdout}"
+        );
+    }
+    // Without the Secret's value, the rendered config is refused by name.
+    let (ok, _, stderr) = check_config(dir.path(), "nosecret.toml", &toml, &WORKER_ENV[..3]);
+    assert!(!ok && stderr.contains("cluster.secret"), "{stderr}");
+    for want in [
+        "kind: Secret",
+        "switchyard ctl decommission",
+        "name: SWITCHYARD_ROLES",
+    ] {
+        assert!(manifests.contains(want), "{want:?} not rendered");
     }
 
     // Variants: two disks, a cold tier from extraToml, the ServiceMonitor,

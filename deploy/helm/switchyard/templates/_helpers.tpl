@@ -50,6 +50,9 @@ runs once SWITCHYARD_HOST moves it to the pod IP. Include with the root.
 */}}
 {{- define "switchyard.containerPorts" -}}
 - {name: admin, containerPort: {{ .Values.adminPort | int }}, protocol: TCP}
+{{- if .Values.cluster.enabled }}
+- {name: cluster, containerPort: 19980, protocol: TCP}
+{{- end }}
 {{- if .Values.config.uniffle.enabled }}
 - {name: uniffle-coord, containerPort: 19999, protocol: TCP}
 - {name: uniffle-grpc, containerPort: 19997, protocol: TCP}
@@ -92,6 +95,12 @@ IP (docs/configuration.md, "The node: id and host").
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: SWITCHYARD_HOST
   valueFrom: {fieldRef: {fieldPath: status.podIP}}
+{{- if .Values.cluster.enabled }}
+- name: SWITCHYARD_CLUSTER_SECRET
+  valueFrom: {secretKeyRef: {name: {{ include "switchyard.clusterSecretName" . }}, key: cluster-secret}}
+- name: SWITCHYARD_ADMIN_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ include "switchyard.clusterSecretName" . }}, key: admin-token}}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -113,4 +122,17 @@ readinessProbe:
   periodSeconds: 5
   timeoutSeconds: 3
   failureThreshold: 2
+{{- end }}
+
+{{/* The Secret holding cluster-secret and admin-token. */}}
+{{- define "switchyard.clusterSecretName" -}}
+{{- default (printf "%s-cluster" (include "switchyard.fullname" .)) .Values.cluster.existingSecret -}}
+{{- end }}
+
+{{/* The coordinators' cluster addresses: their pods' DNS names behind the headless Service. */}}
+{{- define "switchyard.coordinatorAddresses" -}}
+{{- $full := include "switchyard.fullname" . -}}
+{{- range $i, $_ := until (int .Values.coordinator.replicas) -}}
+{{ if $i }}, {{ end }}"{{ $full }}-coordinator-{{ $i }}.{{ $full }}-coordinator-headless.{{ $.Release.Namespace }}.svc:19980"
+{{- end -}}
 {{- end }}
