@@ -196,3 +196,46 @@ fn amplifying_control_messages_are_refused_unread() {
     assert!(metric(node, "switchyard_decode_refused_total{") >= 1.0);
     well_behaved_clients_are_served(node);
 }
+
+/// A Uniffle sendShuffleData of millions of empty blocks (16 MB on the wire,
+/// gigabytes once decoded) is refused before prost decodes it, while real
+/// block data of the same size is not mistaken for such fields.
+#[test]
+fn amplifying_grpc_requests_are_refused_undecoded() {
+    use switchyard_uniffle::proto::shuffle_server_client::ShuffleServerClient;
+    use switchyard_uniffle::proto::{SendShuffleDataRequest, ShuffleBlock, ShuffleData};
+
+    let cluster = Cluster::start_with(1, ClusterOptions::default());
+    let node = cluster.node(1);
+    let pid = node.pid().unwrap();
+    let before = rss(pid);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = rt.block_on(async {
+        let mut client = ShuffleServerClient::connect(format!("http://{}", node.addr(19997)))
+            .await
+            .unwrap()
+            .max_encoding_message_size(256 << 20);
+        let request = SendShuffleDataRequest {
+            app_id: "hostile".into(),
+            shuffle_data: vec![ShuffleData {
+                partition_id: 0,
+                block: vec![ShuffleBlock::default(); 8 << 20],
+            }],
+            ..Default::default()
+        };
+        tokio::time::timeout(Duration::from_secs(60), client.send_shuffle_data(request))
+            .await
+            .expect("answered in time")
+            .unwrap_err()
+    });
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+    assert!(status.message().contains("would decode into"), "{status}");
+    let grown = rss(pid).saturating_sub(before);
+    // The 16 MB message itself is read; nothing is decoded from it.
+    assert!(grown < 100 << 20, "RSS grew by {} MiB", grown >> 20);
+    assert!(metric(node, "switchyard_decode_refused_total{") >= 1.0);
+    well_behaved_clients_are_served(node);
+}

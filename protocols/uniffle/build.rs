@@ -15,9 +15,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Every `bytes` field becomes `bytes::Bytes`: block payloads are sliced out of the
     // request buffer instead of being copied into a fresh Vec.
     cfg.bytes(["."]);
+    // The schema, for the decode bound (`src/bounded.rs`): what a message
+    // may decode into is read off the wire against it before prost runs.
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    cfg.file_descriptor_set_path(out.join("uniffle_descriptor.bin"));
 
     // The vendored include dir provides google/protobuf/{empty,wrappers}.proto.
     let wkt_include = protoc_bin_vendored::include_path()?;
-    tonic_prost_build::configure().compile_with_config(cfg, &[proto], &[proto_dir, wkt_include])?;
+    tonic_prost_build::configure()
+        .codec_path("crate::bounded::BoundedCodec")
+        .compile_with_config(cfg, &[proto], &[proto_dir, wkt_include])?;
     Ok(())
 }

@@ -74,6 +74,72 @@ fn scan(mut buf: &[u8], depth: usize) -> Option<u64> {
     Some(cost)
 }
 
+/// How a field of a message decodes, for [`shaped_cost`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldShape {
+    /// A nested message: the index of its [`Shape`].
+    Message(usize),
+    /// A repeated scalar, packed: each byte may be an element of 8 bytes.
+    Packed,
+    /// A string or bytes: never looked into.
+    Leaf,
+}
+
+/// A message's fields by number, from its schema (a protocol builds these
+/// from its `.proto` descriptors). Fields not listed are unknown to the
+/// decoder, which skips them without allocating.
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    pub fields: std::collections::HashMap<u32, FieldShape>,
+}
+
+/// An upper bound of what decoding `buf` as message `shapes[root]`
+/// allocates, following the schema: nested messages are walked, strings
+/// and bytes count as their length and are never read as messages (block
+/// data would otherwise look like millions of tiny fields), packed scalars
+/// count 8 bytes per wire byte. Bytes that are not a valid message count as
+/// their length (prost then fails without allocating more).
+pub fn shaped_cost(shapes: &[Shape], root: usize, buf: &[u8]) -> u64 {
+    shaped(shapes, root, buf, 0).unwrap_or(buf.len() as u64)
+}
+
+fn shaped(shapes: &[Shape], at: usize, mut buf: &[u8], depth: usize) -> Option<u64> {
+    let shape = shapes.get(at)?;
+    let mut cost = 0u64;
+    while !buf.is_empty() {
+        let key = varint(&mut buf)?;
+        let number = u32::try_from(key >> 3).ok().filter(|&n| n != 0)?;
+        match key & 7 {
+            0 => {
+                varint(&mut buf)?;
+                cost = cost.saturating_add(SCALAR_COST);
+            }
+            1 | 5 => {
+                let width = if key & 7 == 1 { 8 } else { 4 };
+                buf = buf.get(width..)?;
+                cost = cost.saturating_add(SCALAR_COST);
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut buf)?).ok()?;
+                let sub = buf.get(..len)?;
+                buf = &buf[len..];
+                let field = match shape.fields.get(&number) {
+                    Some(FieldShape::Message(m)) if depth < MAX_DEPTH => {
+                        shaped(shapes, *m, sub, depth + 1).unwrap_or(len as u64)
+                    }
+                    Some(FieldShape::Packed) => (len as u64).saturating_mul(8),
+                    // Unknown fields are skipped by the decoder.
+                    None => 0,
+                    _ => len as u64,
+                };
+                cost = cost.saturating_add(FIELD_COST).saturating_add(field);
+            }
+            _ => return None,
+        }
+    }
+    Some(cost)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +161,45 @@ mod tests {
         outer.push(len as u8);
         outer.extend_from_slice(&wire);
         assert!(decode_cost(&outer) > 1_000_000 * FIELD_COST);
+    }
+
+    #[test]
+    fn shaped_costs_follow_the_schema() {
+        // 0: Request { 1: repeated Block (1) }, 1: Block { 1: bytes data, 2: packed ids }
+        let shapes = vec![
+            Shape {
+                fields: [(1, FieldShape::Message(1))].into(),
+            },
+            Shape {
+                fields: [(1, FieldShape::Leaf), (2, FieldShape::Packed)].into(),
+            },
+        ];
+        // Block data full of bytes that would parse as millions of empty
+        // fields is a leaf: it costs its length, not 128x.
+        let data: Vec<u8> = std::iter::repeat_n([0x0au8, 0x00], 50_000)
+            .flatten()
+            .collect();
+        let mut block = vec![0x0a, 0xa0, 0x8d, 0x06]; // field 1, length 100_000
+        block.extend_from_slice(&data);
+        let mut request = vec![0x0a, 0xa4, 0x8d, 0x06]; // field 1, length 100_004
+        request.extend_from_slice(&block);
+        let cost = shaped_cost(&shapes, 0, &request);
+        assert_eq!(cost, 2 * FIELD_COST + 100_000);
+        assert!(
+            decode_cost(&request) > 50_000 * FIELD_COST,
+            "the schema-less scan over-counts"
+        );
+        // Empty blocks still cost what they decode into.
+        let empties: Vec<u8> = std::iter::repeat_n([0x0au8, 0x00], 1000)
+            .flatten()
+            .collect();
+        assert_eq!(shaped_cost(&shapes, 0, &empties), 1000 * FIELD_COST);
+        // Packed ids: 8 bytes per wire byte; unknown fields: skipped.
+        let block = [0x12, 0x03, 1, 2, 3, 0x1a, 0x02, 9, 9];
+        assert_eq!(
+            shaped_cost(&shapes, 1, &block),
+            FIELD_COST + 24 + FIELD_COST
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`client`]: a Rust client of the protocol, for tests and benchmarks.
 
 pub mod bitmap;
+pub mod bounded;
 pub mod client;
 pub mod config;
 pub mod coordinator;

@@ -145,6 +145,8 @@ impl UniffleNode {
         let draining = Arc::new(AtomicBool::new(false));
         let core = ShuffleServerCore::new(store.clone(), config.clone());
         let max = config.max_message_size.as_u64() as usize;
+        // What one message may decode into (protobuf amplifies): the same.
+        crate::bounded::set_limit(max as u64);
         let mut tasks = Vec::new();
 
         // The local server's own heartbeat, straight into the registry.
