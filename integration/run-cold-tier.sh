@@ -2,7 +2,10 @@
 # Runs the cold-tier tests of the Spark integration suite (integration/, JUnit tag "cold"):
 # ColdTierSkewedShuffleTest, a skewed job (about 530 MB shuffled, one key holding 80%) through
 # switchyard with its cold tier on a real S3 server and on a real HDFS, with the stock Uniffle
-# client (0.9.2, GRPC) and the stock Celeborn client (0.5.4, writer HASH): four runs.
+# client (0.9.2, GRPC) and the stock Celeborn client (0.5.4, writer HASH): four runs; then
+# HungDiskSparkTest, the large job with the Uniffle client while switchyard's first disk (ext4 on
+# a loop device) is frozen with fsfreeze: the disk is marked hung, the job equals vanilla (needs
+# root and loop devices; skipped, with the reason, where they are missing).
 #
 # The test starts both services itself, as child processes on 127.0.0.1, and stops them by PID:
 #   * S3: storage/examples/s3_server.rs (s3s-fs), built by

@@ -52,6 +52,9 @@ public final class SwitchyardProcess implements AutoCloseable {
   private final boolean celeborn;
   private final String memoryExtra;
   private final String extraToml;
+  /** Data directories before the node's own {@code data} dir, and lines inside {@code [storage.disks]}. */
+  private List<Path> firstDirs = List.of();
+  private String disksExtra = "";
   private final int celebornMasterPort;
   private final int celebornRpcPort;
   private final int celebornPushPort;
@@ -131,6 +134,25 @@ public final class SwitchyardProcess implements AutoCloseable {
   }
 
   /**
+   * As {@link #start(String, String)} with {@code firstDirs} listed before the node's own data
+   * directory in {@code storage.disks.dirs}, and {@code disksExtra} lines inside {@code
+   * [storage.disks]} (e.g. {@code io_timeout = "2s"}).
+   */
+  public static SwitchyardProcess startWithDisks(
+      String name, String memoryCapacity, List<Path> firstDirs, String disksExtra) throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, false, "", "");
+    p.firstDirs = List.copyOf(firstDirs);
+    p.disksExtra = disksExtra;
+    try {
+      p.launch();
+      return p;
+    } catch (RuntimeException | IOException e) {
+      p.close();
+      throw e;
+    }
+  }
+
+  /**
    * As {@link #startWithCeleborn}, with Celeborn's authentication on ({@code celeborn.auth_enabled}):
    * clients must run with {@code spark.celeborn.auth.enabled=true}.
    */
@@ -183,7 +205,9 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
         + memoryExtra
         + "[storage.disks]\n"
-        + "dirs = [\"" + tomlEscape(dataDir.toString()) + "\"]\n"
+        + "dirs = [" + firstDirs.stream().map(d -> "\"" + tomlEscape(d.toString()) + "\", ").collect(java.util.stream.Collectors.joining())
+        + "\"" + tomlEscape(dataDir.toString()) + "\"]\n"
+        + disksExtra
         // CI disks may have less free than the 2 GiB default reserve; a truly
         // full one shows up as ENOSPC.
         + "min_free = \"64MiB\"\n"
