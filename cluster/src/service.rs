@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use switchyard_storage::Secret;
 use tonic::{Request, Response, Status};
 
 use crate::apps::AppBook;
@@ -20,7 +21,7 @@ pub struct ClusterService {
     pub coordinator_id: String,
     pub directory: Arc<Directory>,
     pub apps: Arc<AppBook>,
-    secret: String,
+    secret: Secret,
     listener: Arc<dyn WorkerListener>,
 }
 
@@ -29,7 +30,7 @@ impl ClusterService {
         coordinator_id: String,
         directory: Arc<Directory>,
         apps: Arc<AppBook>,
-        secret: String,
+        secret: Secret,
         listener: Arc<dyn WorkerListener>,
     ) -> Self {
         ClusterService {
@@ -46,10 +47,7 @@ impl ClusterService {
         let Some(sent) = metadata.get(SECRET_HEADER) else {
             return false;
         };
-        let (a, b) = (sent.as_bytes(), self.secret.as_bytes());
-        !b.is_empty()
-            && a.len() == b.len()
-            && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        self.secret.matches(sent.as_bytes())
     }
 }
 

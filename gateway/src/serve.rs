@@ -12,7 +12,7 @@ use switchyard_celeborn::server::node::FleetFactory;
 use switchyard_celeborn::CelebornNode;
 use switchyard_cluster::proto::cluster_server::ClusterServer;
 use switchyard_cluster::{AppBook, ClusterService, Directory, Heartbeater, Role};
-use switchyard_storage::Store;
+use switchyard_storage::{Secret, Store};
 use switchyard_uniffle::UniffleNode;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -182,9 +182,8 @@ pub async fn serve(
         }
         let secret = cluster
             .secret
-            .as_ref()
-            .map(|s| s.expose().to_string())
-            .unwrap_or_default();
+            .clone()
+            .unwrap_or_else(|| Secret(String::new()));
         let service = ClusterService::new(
             identity.id.clone(),
             c.directory.clone(),

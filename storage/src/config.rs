@@ -325,6 +325,15 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Whether `sent` is this secret, compared in constant time; an empty
+    /// secret matches nothing.
+    pub fn matches(&self, sent: &[u8]) -> bool {
+        let b = self.0.as_bytes();
+        !b.is_empty()
+            && sent.len() == b.len()
+            && sent.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
 }
 
 impl std::fmt::Debug for Secret {

@@ -150,9 +150,7 @@ fn authorised(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    let (a, b) = (sent.as_bytes(), token.expose().as_bytes());
-    let equal = a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
-    if equal && !b.is_empty() {
+    if token.matches(sent.as_bytes()) {
         Ok(())
     } else {
         metrics::counter!("switchyard_admin_refused_total").increment(1);

@@ -152,8 +152,7 @@ impl CoordinatorService {
         let Some(sent) = metadata.get(SECRET_HEADER) else {
             return false;
         };
-        let (a, b) = (sent.as_bytes(), secret.expose().as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        secret.matches(sent.as_bytes())
     }
 
     fn client_conf(&self) -> FetchClientConfResponse {

@@ -413,31 +413,7 @@ public final class Jobs {
       throw new AssertionError("reused shuffle: first job counted " + first + " of " + records);
     }
     between.run();
-    List<Tuple3<Integer, Long, Long>> parts =
-        shuffled
-            .mapPartitionsWithIndex(
-                (idx, it) -> {
-                  long n = 0;
-                  long h = 0;
-                  while (it.hasNext()) {
-                    Tuple2<Long, byte[]> t = it.next();
-                    n++;
-                    h += recordHash(t._1(), t._2());
-                  }
-                  return Collections.singletonList(new Tuple3<>(idx, n, h)).iterator();
-                },
-                true)
-            .collect();
-    List<PartitionDigest> out = new ArrayList<>();
-    long total = 0;
-    for (int i = 0; i < parts.size(); i++) {
-      out.add(new PartitionDigest(parts.get(i)._2(), parts.get(i)._3()));
-      total += parts.get(i)._2();
-    }
-    if (total != records) {
-      throw new AssertionError("reused shuffle: " + total + " records in the second job, " + records + " before");
-    }
-    return out;
+    return digests(shuffled, "reused shuffle, second job", records);
   }
 
   /**
@@ -450,13 +426,25 @@ public final class Jobs {
       String name,
       long records,
       org.apache.spark.api.java.function.PairFlatMapFunction<Integer, Long, byte[]> generator) {
-    // (partition, count, hashSum); Spark's Kryo (4.x) cannot serialize Java records, so the
-    // record type is only built on the driver.
-    List<Tuple3<Integer, Long, Long>> parts =
+    return digests(
         jsc(spark)
             .parallelize(range(LARGE_MAPS), LARGE_MAPS)
             .flatMapToPair(generator)
-            .partitionBy(new HashPartitioner(LARGE_PARTITIONS))
+            .partitionBy(new HashPartitioner(LARGE_PARTITIONS)),
+        name,
+        records);
+  }
+
+  /**
+   * (count, sum of record hashes) of every partition of {@code shuffled}, in partition order,
+   * checked to add up to {@code records}.
+   */
+  private static List<PartitionDigest> digests(
+      org.apache.spark.api.java.JavaPairRDD<Long, byte[]> shuffled, String name, long records) {
+    // (partition, count, hashSum); Spark's Kryo (4.x) cannot serialize Java records, so the
+    // record type is only built on the driver.
+    List<Tuple3<Integer, Long, Long>> parts =
+        shuffled
             .mapPartitionsWithIndex(
                 (idx, it) -> {
                   long n = 0;
