@@ -17,9 +17,12 @@
 #   5. MixedProtocolTest (tag "mixed"): one switchyard, a Uniffle 0.9.2 GRPC job and a
 #      Celeborn job (first version of the list, HASH) at the same time, each in its
 #      own JVM
-#   6. FleetJobsTest (tag "fleet"): three switchyard nodes as one fleet on 127.0.0.2-4, a
+#   6. tag "fleet": three switchyard nodes as one fleet on 127.0.0.2-4. FleetJobsTest: a
 #      Uniffle 0.9.2 GRPC_NETTY job listing every coordinator, then a Celeborn job listing
-#      every master; each equals vanilla and every node stored part of it
+#      every master (each equals vanilla and every node stored part of it), replication and
+#      nodes killed; FleetFailoverTest: coordinators killed, a node cut off with iptables
+#      (needs root and Debian's iptables), a node decommissioned mid-job;
+#      FleetFlinkDriverTest: the Flink driver scenarios over the three nodes
 #
 # Builds nothing in Rust. Environment:
 #   SWITCHYARD_BIN           the binary (default: <repo>/target/debug/switchyard)

@@ -59,6 +59,11 @@ pub struct ClusterConfig {
     /// Default 6 h (Celeborn's `decommission.forceExitTimeout`).
     #[serde(with = "humantime_serde")]
     pub decommission_timeout: Duration,
+    /// The address outgoing heartbeats leave from: `node.host`, set by the
+    /// gateway, so that a firewall rule on a node's address cuts all of its
+    /// traffic. `None`: the kernel picks.
+    #[serde(skip)]
+    pub source_address: Option<std::net::IpAddr>,
 }
 
 impl Default for ClusterConfig {
@@ -74,6 +79,7 @@ impl Default for ClusterConfig {
             warmup: Duration::from_secs(6),
             decommission_check_interval: Duration::from_secs(10),
             decommission_timeout: Duration::from_secs(6 * 3600),
+            source_address: None,
         }
     }
 }

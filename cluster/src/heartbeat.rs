@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use crate::config::ClusterConfig;
 use crate::proto::cluster_client::ClusterClient;
@@ -43,14 +43,14 @@ impl Heartbeater {
             .unwrap_or_else(|_| MetadataValue::from_static(""));
         let mut tasks = Vec::new();
         for coordinator in &config.coordinators {
-            let channel = Endpoint::from_shared(format!("http://{coordinator}"))?
+            let endpoint = Endpoint::from_shared(format!("http://{coordinator}"))?
                 .connect_timeout(config.request_timeout)
                 .timeout(config.request_timeout)
                 .tcp_nodelay(true)
-                .connect_lazy();
+                .local_address(config.source_address);
             tasks.push(tokio::spawn(beat(
                 coordinator.clone(),
-                channel,
+                endpoint,
                 secret.clone(),
                 config.heartbeat_interval,
                 worker.clone(),
@@ -69,13 +69,13 @@ impl Heartbeater {
 
 async fn beat<W: LocalWorker>(
     coordinator: String,
-    channel: Channel,
+    endpoint: Endpoint,
     secret: MetadataValue<tonic::metadata::Ascii>,
     interval: Duration,
     worker: Arc<W>,
     cancel: CancellationToken,
 ) {
-    let mut client = ClusterClient::new(channel);
+    let mut client = ClusterClient::new(endpoint.connect_lazy());
     let mut failing = false;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -99,6 +99,10 @@ async fn beat<W: LocalWorker>(
             Err(status) => {
                 metrics::counter!("switchyard_cluster_heartbeats_sent_total", "result" => "failed")
                     .increment(1);
+                // A connection whose peer went silent (a network cut drops
+                // packets, so TCP never learns) would hold every later
+                // heartbeat until it times out: start over on a fresh one.
+                client = ClusterClient::new(endpoint.connect_lazy());
                 // Once per outage, not once per beat.
                 if !failing {
                     tracing::warn!(%coordinator, code = ?status.code(), error = status.message(), "heartbeat to coordinator failed");

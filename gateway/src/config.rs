@@ -291,6 +291,12 @@ impl GatewayConfig {
         let Some(host) = self.node.host else {
             return;
         };
+        // Node-to-node connections leave from the node's own address too,
+        // so that the address is the node's whole identity on the network.
+        if !host.is_unspecified() {
+            self.cluster.source_address = Some(host);
+            self.celeborn.source_address = Some(host);
+        }
         fn follow(addr: &mut SocketAddr, default: SocketAddr, host: IpAddr) {
             if *addr == default {
                 *addr = SocketAddr::new(host, addr.port());
@@ -778,6 +784,9 @@ mod tests {
         let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
         assert_eq!(c.node.host, Some("127.0.0.3".parse().unwrap()));
         assert_eq!(c.admin.listen, at("127.0.0.3:19990"));
+        // Outgoing node-to-node traffic leaves from it too.
+        assert_eq!(c.cluster.source_address, c.node.host);
+        assert_eq!(c.celeborn.source_address, c.node.host);
         assert_eq!(c.uniffle.server_grpc_listen, at("127.0.0.3:19997"));
         assert_eq!(c.uniffle.server_netty_listen, Some(at("127.0.0.3:19996")));
         assert_eq!(c.celeborn.worker_rpc_listen, at("127.0.0.3:9100"));
@@ -793,6 +802,7 @@ mod tests {
         // Without node.host nothing moves.
         let c = GatewayConfig::load_with_env(None, no_env).unwrap();
         assert_eq!(c.uniffle.coordinator_listen, at("127.0.0.1:19999"));
+        assert_eq!(c.cluster.source_address, None);
     }
 
     #[test]

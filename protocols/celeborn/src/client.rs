@@ -80,9 +80,27 @@ pub(crate) fn next_request_id() -> i64 {
 
 impl Connection {
     pub async fn connect(addr: SocketAddr) -> Result<Self> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| ClientError::Connect(addr, e))?;
+        Self::connect_from(addr, None).await
+    }
+
+    /// As [`Connection::connect`], leaving from `source` (port chosen by
+    /// the kernel) when given.
+    pub async fn connect_from(addr: SocketAddr, source: Option<std::net::IpAddr>) -> Result<Self> {
+        let stream = match source {
+            None => TcpStream::connect(addr).await,
+            Some(ip) => {
+                async {
+                    let socket = match addr {
+                        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                    };
+                    socket.bind(SocketAddr::new(ip, 0))?;
+                    socket.connect(addr).await
+                }
+                .await
+            }
+        }
+        .map_err(|e| ClientError::Connect(addr, e))?;
         stream.set_nodelay(true).ok();
         let (mut sink, mut frames) = Framed::new(stream, CelebornCodec::default()).split();
         let (tx, mut rx) = mpsc::channel::<Message>(64);

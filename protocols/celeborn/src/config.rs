@@ -26,6 +26,10 @@ pub struct CelebornConfig {
     pub worker_replicate_listen: SocketAddr,
     /// Host or IP that clients use to reach this node. Default: the listen IP.
     pub advertised_host: Option<String>,
+    /// The address connections to replica workers leave from (`node.host`,
+    /// set by the gateway). `None`: the kernel picks.
+    #[serde(skip)]
+    pub source_address: Option<std::net::IpAddr>,
     /// Largest frame accepted on the data ports (push, fetch, replicate).
     /// Default 256 MiB (pushes are at most 64 KiB to a few MiB).
     pub max_frame_size: ByteSize,
@@ -75,6 +79,7 @@ impl Default for CelebornConfig {
             worker_fetch_listen: "127.0.0.1:9102".parse().unwrap(),
             worker_replicate_listen: "127.0.0.1:9103".parse().unwrap(),
             advertised_host: None,
+            source_address: None,
             max_frame_size: ByteSize::mib(256),
             rpc_max_frame_size: ByteSize::mib(64),
             chunk_size: ByteSize::mib(8),

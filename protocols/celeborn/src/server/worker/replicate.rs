@@ -25,9 +25,18 @@ pub struct Replicator {
     /// Per peer `host:replicatePort`; the mutex makes concurrent first uses
     /// open one connection.
     peers: DashMap<String, Arc<Mutex<Option<Arc<Connection>>>>>,
+    /// Where the connections leave from (`CelebornConfig::source_address`).
+    source: Option<std::net::IpAddr>,
 }
 
 impl Replicator {
+    pub fn new(source: Option<std::net::IpAddr>) -> Self {
+        Replicator {
+            peers: DashMap::new(),
+            source,
+        }
+    }
+
     async fn connection(&self, peer: &str) -> Result<Arc<Connection>, CelebornError> {
         let slot = self.peers.entry(peer.to_string()).or_default().clone();
         let mut slot = slot.lock().await;
@@ -45,25 +54,38 @@ impl Replicator {
                     "cannot resolve".into(),
                 )
             })?;
-        let c = tokio::time::timeout(Duration::from_secs(10), Connection::connect(addr))
-            .await
-            .map_err(|_| {
-                fail(
-                    StatusCode::PushDataCreateConnectionFailReplica,
-                    peer,
-                    "connect timed out".into(),
-                )
-            })?
-            .map_err(|e| {
-                fail(
-                    StatusCode::PushDataCreateConnectionFailReplica,
-                    peer,
-                    e.to_string(),
-                )
-            })?;
+        let c = tokio::time::timeout(
+            Duration::from_secs(10),
+            Connection::connect_from(addr, self.source),
+        )
+        .await
+        .map_err(|_| {
+            fail(
+                StatusCode::PushDataCreateConnectionFailReplica,
+                peer,
+                "connect timed out".into(),
+            )
+        })?
+        .map_err(|e| {
+            fail(
+                StatusCode::PushDataCreateConnectionFailReplica,
+                peer,
+                e.to_string(),
+            )
+        })?;
         let c = Arc::new(c);
         *slot = Some(c.clone());
         Ok(c)
+    }
+
+    /// Drops `conn` from the pool unless another push already replaced it.
+    async fn discard(&self, peer: &str, conn: &Arc<Connection>) {
+        if let Some(slot) = self.peers.get(peer).map(|s| s.clone()) {
+            let mut slot = slot.lock().await;
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+                *slot = None;
+            }
+        }
     }
 
     /// Forwards a PushData to the replica; Ok once the replica holds it.
@@ -97,11 +119,16 @@ impl Replicator {
         let conn = self.connection(peer).await?;
         let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.call(id, frame)).await;
         let result = match reply {
-            Err(_) => Err(fail(
-                StatusCode::PushDataTimeoutReplica,
-                peer,
-                "no reply".into(),
-            )),
+            Err(_) => {
+                // A silent peer (cut off, not closed) would hold every later
+                // push on this connection too: the next one connects anew.
+                self.discard(peer, &conn).await;
+                Err(fail(
+                    StatusCode::PushDataTimeoutReplica,
+                    peer,
+                    "no reply".into(),
+                ))
+            }
             Ok(Err(ClientError::Failure(text))) => {
                 Err(fail(StatusCode::PushDataWriteFailReplica, peer, text))
             }

@@ -205,6 +205,7 @@ impl WorkerState {
     /// A worker whose per-application state follows the store's removals
     /// (expired, lost or unregistered applications): see [`AppListener`].
     pub fn new(store: Arc<Store>, config: CelebornConfig, addr: WorkerAddr) -> Arc<Self> {
+        let replicator = super::replicate::Replicator::new(config.source_address);
         let state = Arc::new(WorkerState {
             store,
             config,
@@ -215,7 +216,7 @@ impl WorkerState {
             split_info_apps: dashmap::DashSet::new(),
             secrets: Default::default(),
             draining: Default::default(),
-            replicator: Default::default(),
+            replicator,
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));

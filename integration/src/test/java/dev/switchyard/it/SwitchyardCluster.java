@@ -32,7 +32,8 @@ import java.util.stream.Stream;
  * worker 9100-9103), as it would on a host of its own. Each node has its own directory (config,
  * data, log) under one temp dir. The Java counterpart of {@code gateway/tests/common/cluster.rs}.
  *
- * <p>The nodes are independent: nothing clusters yet. {@link #stop} (SIGTERM), {@link #kill}
+ * <p>The nodes form a fleet when {@code extraToml} has a {@code [cluster]} table naming them.
+ * {@link #stop} (SIGTERM), {@link #kill}
  * (SIGKILL) and {@link #restart} act on one node's process by its PID; {@link #close} kills every
  * node still running and removes the temp dir (kept with {@code -Dswitchyard.keepData=true}).
  * Logs go to {@code switchyard.logDir} (default {@code target/switchyard-logs}), one file per node,
@@ -67,6 +68,8 @@ public final class SwitchyardCluster implements AutoCloseable {
   private final Path binary;
   private final Path root;
   private final List<Node> nodes = new ArrayList<>();
+  /** Addresses {@link #isolate} cut off, for {@link #killAll} to restore. */
+  private final java.util.Set<String> isolated = java.util.concurrent.ConcurrentHashMap.newKeySet();
   private final Thread reaper;
 
   private static final class Node {
@@ -87,7 +90,8 @@ public final class SwitchyardCluster implements AutoCloseable {
     }
   }
 
-  private SwitchyardCluster(String name, int n, String memoryCapacity, String extraToml) throws IOException {
+  private SwitchyardCluster(String name, int n, String memoryCapacity, java.util.function.IntFunction<String> extraToml)
+      throws IOException {
     if (n < 1 || n > 250) {
       throw new IllegalArgumentException("a cluster has 1 to 250 nodes, not " + n);
     }
@@ -103,7 +107,7 @@ public final class SwitchyardCluster implements AutoCloseable {
       Path dir = root.resolve("node" + i);
       Files.createDirectories(dir.resolve("data"));
       Path config = dir.resolve("switchyard.toml");
-      Files.writeString(config, configText(host, dir.resolve("data"), memoryCapacity, extraToml), StandardCharsets.UTF_8);
+      Files.writeString(config, configText(host, dir.resolve("data"), memoryCapacity, extraToml.apply(i)), StandardCharsets.UTF_8);
       nodes.add(new Node(i, host, dir, config, logDir.resolve(name + "-node" + i + "-" + stamp + ".log")));
     }
     // If the JVM ends without close(), leave no server behind.
@@ -124,6 +128,12 @@ public final class SwitchyardCluster implements AutoCloseable {
    */
   public static SwitchyardCluster start(String name, int n, String memoryCapacity, String extraToml)
       throws IOException {
+    return start(name, n, memoryCapacity, i -> extraToml);
+  }
+
+  /** As {@link #start(String, int, String, String)}, with each node's tables from {@code extraToml(i)}. */
+  public static SwitchyardCluster start(
+      String name, int n, String memoryCapacity, java.util.function.IntFunction<String> extraToml) throws IOException {
     SwitchyardCluster c = new SwitchyardCluster(name, n, memoryCapacity, extraToml);
     try {
       for (int i = 1; i <= n; i++) {
@@ -213,6 +223,75 @@ public final class SwitchyardCluster implements AutoCloseable {
     return http.send(
         HttpRequest.newBuilder(URI.create(adminUrl(i) + path)).timeout(Duration.ofSeconds(5)).GET().build(),
         HttpResponse.BodyHandlers.ofString());
+  }
+
+  /** {@code POST path} on node {@code i}'s admin server with a bearer token: the status code. */
+  public int adminPost(int i, String path, String token) throws IOException, InterruptedException {
+    HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
+    HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(adminUrl(i) + path))
+        .timeout(Duration.ofSeconds(5))
+        .POST(HttpRequest.BodyPublishers.noBody());
+    if (token != null) {
+      b.header("Authorization", "Bearer " + token);
+    }
+    return http.send(b.build(), HttpResponse.BodyHandlers.ofString()).statusCode();
+  }
+
+  /** Waits up to {@code d} for node {@code i} to exit on its own: its exit status, or -1. */
+  public int waitExit(int i, Duration d) {
+    Node n = running(i, "wait for");
+    if (!waitFor(n.process, d)) {
+      return -1;
+    }
+    int status = n.process.exitValue();
+    System.out.printf("[cluster:%s] node %d exited by itself, exit status %d%n", name, i, status);
+    n.process = null;
+    return status;
+  }
+
+  /**
+   * Cuts node {@code i} off without stopping it: iptables drops every packet to or from its
+   * loopback address (needs root), so nothing reaches it and it reaches nobody, itself included.
+   * {@link #rejoin} and {@link #close} remove the rules.
+   */
+  public void isolate(int i) {
+    String host = host(i);
+    iptables("-I", "INPUT", "-s", host, "-j", "DROP");
+    iptables("-I", "INPUT", "-d", host, "-j", "DROP");
+    isolated.add(host);
+    System.out.printf("[cluster:%s] node %d on %s cut off (iptables DROP)%n", name, i, host);
+  }
+
+  /** Removes what {@link #isolate} added for node {@code i}. */
+  public void rejoin(int i) {
+    String host = host(i);
+    if (isolated.remove(host)) {
+      unblock(host);
+      System.out.printf("[cluster:%s] node %d on %s reachable again%n", name, i, host);
+    }
+  }
+
+  private static void unblock(String host) {
+    iptables("-D", "INPUT", "-s", host, "-j", "DROP");
+    iptables("-D", "INPUT", "-d", host, "-j", "DROP");
+  }
+
+  private static void iptables(String... args) {
+    List<String> cmd = new ArrayList<>();
+    cmd.add("iptables");
+    cmd.addAll(List.of(args));
+    try {
+      Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+      String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+      if (!p.waitFor(30, TimeUnit.SECONDS) || p.exitValue() != 0) {
+        throw new IllegalStateException(String.join(" ", cmd) + " failed (root and the iptables package are needed): " + out);
+      }
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot run iptables (install Debian's iptables; tests run as root)", e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    }
   }
 
   /** {@code /api/v1/status} of node {@code i}, as JSON text. */
@@ -373,6 +452,14 @@ public final class SwitchyardCluster implements AutoCloseable {
   }
 
   private void killAll() {
+    for (String host : List.copyOf(isolated)) {
+      try {
+        unblock(host);
+      } catch (RuntimeException e) {
+        System.err.println("could not remove the iptables rules for " + host + ": " + e.getMessage());
+      }
+      isolated.remove(host);
+    }
     for (Node n : nodes) {
       if (n.process != null && n.process.isAlive()) {
         n.process.destroyForcibly();
