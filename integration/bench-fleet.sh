@@ -2,7 +2,7 @@
 # `switchyard bench` against a 3-node fleet on 127.0.0.2-4 (every node a
 # coordinator and a worker, default ports, 1 GiB memory each): Celeborn pushes
 # and fetches with replication off and on, interleaved, then Uniffle over
-# GRPC_NETTY; after each run, each node's CPU seconds for that run (from
+# GRPC_NETTY with one and two replicas, interleaved; after each run, each node's CPU seconds for that run (from
 # /proc/<pid>/stat) and, at the end, each node's peak RSS (VmHWM).
 #
 #   integration/bench-fleet.sh [SIZE] [PAIRS]     # defaults: 1GiB, 2 pairs
@@ -40,16 +40,11 @@ secret = "bench-fleet"
 heartbeat_interval = "1s"
 warmup = "2s"
 EOF
-  (cd "$root/node$i" && env -u RUST_LOG "$bin" serve --config switchyard.toml >"$root/node$i.log" 2>&1) &
+  # exec: $! is the serve process itself.
+  (cd "$root/node$i" && exec env -u RUST_LOG "$bin" serve --config switchyard.toml >"$root/node$i.log" 2>&1) &
   pids+=($!)
 done
-# The serve processes are the children of the subshells: find them by config.
-sleep 1
-node_pids=()
-for i in 1 2 3; do
-  node_pids+=("$(pgrep -f "serve --config switchyard.toml" | while read -r p; do
-    [ "$(readlink "/proc/$p/cwd")" = "$root/node$i" ] && echo "$p"; done)")
-done
+node_pids=("${pids[@]}")
 for i in 1 2 3; do
   for _ in $(seq 100); do
     curl -sf "http://127.0.0.$((i + 1)):19990/readyz" >/dev/null && break
@@ -91,7 +86,11 @@ for n in $(seq "$pairs"); do
   run "celeborn, replication off ($n)" celeborn --master 127.0.0.2:9097 --size "$size"
   run "celeborn, replication on ($n)" celeborn --master 127.0.0.2:9097 --size "$size" --replicate
 done
-run "uniffle GRPC_NETTY" uniffle --coordinator 127.0.0.2:19999 --size "$size" --transport GRPC_NETTY
+for n in $(seq "$pairs"); do
+  run "uniffle GRPC_NETTY, 1 replica ($n)" uniffle --coordinator 127.0.0.2:19999 --size "$size" --transport GRPC_NETTY
+  run "uniffle GRPC_NETTY, 2 replicas, reading the second ($n)" uniffle --coordinator 127.0.0.2:19999 --size "$size" \
+    --transport GRPC_NETTY --replicas 2 --read-replica 1
+done
 
 echo "--- peak RSS per node"
 for k in 0 1 2; do

@@ -220,6 +220,34 @@ fn three_nodes_serve_as_one_fleet() {
             );
         }
     }
+    // Two replicas per partition on distinct servers, every block read back
+    // from the second one.
+    bench(&[
+        "uniffle",
+        "--coordinator",
+        &coordinator,
+        "--app",
+        "fleet-uniffle-r",
+        "--size",
+        "24MiB",
+        "--mappers",
+        "3",
+        "--partitions",
+        "12",
+        "--transport",
+        "GRPC_NETTY",
+        "--replicas",
+        "2",
+        "--read-replica",
+        "1",
+    ]);
+    let stored: u64 = (1..=3)
+        .map(|i| written(cluster.node(i), "uniffle", "fleet-uniffle-r"))
+        .sum();
+    assert!(
+        stored >= 2 * (24 << 20),
+        "two replicas of 24 MiB but the nodes stored {stored} B"
+    );
 
     // A heartbeat without the secret, or with a wrong one, is refused.
     let rt = tokio::runtime::Runtime::new().unwrap();

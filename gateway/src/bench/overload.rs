@@ -127,6 +127,8 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         block_size: ByteSize::kib(256),
         blocks_per_request: 4,
         transport: args.transport.clone(),
+        replicas: 1,
+        read_replica: 0,
         server_pid: None,
         app: Some(app),
     });

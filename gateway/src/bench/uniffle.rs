@@ -39,6 +39,14 @@ pub struct UniffleBenchArgs {
     /// GRPC or GRPC_NETTY.
     #[arg(long, default_value = "GRPC")]
     pub transport: String,
+    /// Servers per partition (the client's `rss.data.replica`): every block
+    /// is sent to each of them, as the client writes its replicas itself.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: i32,
+    /// Which replica (0-based) the readers read, e.g. 1 to read the copies
+    /// a reader falls back to when the first server is gone.
+    #[arg(long, default_value_t = 0)]
+    pub read_replica: usize,
     /// PID of the server, to report its peak RSS (when it runs on this machine).
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -78,32 +86,50 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let baseline = loopback_tcp_gbps(total.min(4 << 30)).await?;
     println!("baseline: raw loopback TCP {baseline:.3} GB/s (one stream)");
 
+    ensure!(
+        args.replicas >= 1 && args.read_replica < args.replicas as usize,
+        "--replicas must be at least 1 and --read-replica below it"
+    );
+    if args.replicas > 1 {
+        println!(
+            "replicas: {} per partition, each block sent to every one; reads from replica {}",
+            args.replicas, args.read_replica
+        );
+    }
     let mut coordinator = Coordinator::connect(&args.coordinator).await?;
     let assignments = coordinator
-        .assignments(&app, 0, args.partitions, transport)
+        .assignments_replicated(&app, 0, args.partitions, transport, args.replicas)
         .await
         .context("getShuffleAssignments")?;
-    let mut owner = HashMap::new();
+    // Per partition, its servers: the first is the one written first.
+    let mut owners: HashMap<i32, Vec<_>> = HashMap::new();
     let mut servers = Vec::new();
     for a in &assignments {
-        let server = a.server[0].clone();
-        if !servers.contains(&server) {
-            servers.push(server.clone());
+        ensure!(
+            a.server.len() == args.replicas as usize,
+            "asked for {} servers per partition, the coordinator gave {}",
+            args.replicas,
+            a.server.len()
+        );
+        for server in &a.server {
+            if !servers.contains(server) {
+                servers.push(server.clone());
+            }
         }
         for p in a.start_partition..=a.end_partition {
-            owner.insert(p, server.clone());
+            owners.insert(p, a.server.clone());
         }
     }
     for s in &servers {
         let mut client = ShuffleServer::connect(s, transport).await?;
         let ranges: Vec<(i32, i32)> = assignments
             .iter()
-            .filter(|a| a.server[0] == *s)
+            .filter(|a| a.server.contains(s))
             .map(|a| (a.start_partition, a.end_partition))
             .collect();
         client.register_shuffle(&app, 0, &ranges).await?;
     }
-    let owner = Arc::new(owner);
+    let owners = Arc::new(owners);
 
     // Writers.
     let pattern = Bytes::from(
@@ -115,7 +141,7 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for m in 0..args.mappers {
-        let owner = owner.clone();
+        let owners = owners.clone();
         let app = app.clone();
         let pattern = pattern.clone();
         let latency = send_latency.clone();
@@ -130,14 +156,19 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
                          batch: Vec<(i32, Vec<ClientBlock>)>,
                          clients: &mut HashMap<String, ShuffleServer>| {
                 let client = clients.remove(&server);
-                let owner = owner.clone();
+                let owners = owners.clone();
                 let app = app.clone();
                 let latency = latency.clone();
                 async move {
                     let mut client = match client {
                         Some(c) => c,
                         None => {
-                            let id = owner.values().find(|s| s.id == server).unwrap().clone();
+                            let id = owners
+                                .values()
+                                .flatten()
+                                .find(|s| s.id == server)
+                                .unwrap()
+                                .clone();
                             ShuffleServer::connect(&id, transport).await?
                         }
                     };
@@ -154,22 +185,26 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
                 let start = (i * 7919) % (pattern.len() - block_size);
                 // A fresh copy per block, as a client serializes it.
                 let data = Bytes::copy_from_slice(&pattern[start..start + block_size]);
-                let server = owner[&partition].id.clone();
-                reported
-                    .entry(server.clone())
-                    .or_default()
-                    .entry(partition)
-                    .or_default()
-                    .push(id);
-                let batch = pending.entry(server.clone()).or_default();
-                match batch.iter_mut().find(|(p, _)| *p == partition) {
-                    Some((_, blocks)) => blocks.push(ClientBlock::new(id, m as i64, data)),
-                    None => batch.push((partition, vec![ClientBlock::new(id, m as i64, data)])),
-                }
-                if batch.iter().map(|(_, b)| b.len()).sum::<usize>() >= args.blocks_per_request {
-                    let batch = pending.remove(&server).unwrap();
-                    let (server, client) = flush(server, batch, &mut clients).await?;
-                    clients.insert(server, client);
+                for owner in &owners[&partition] {
+                    let server = owner.id.clone();
+                    reported
+                        .entry(server.clone())
+                        .or_default()
+                        .entry(partition)
+                        .or_default()
+                        .push(id);
+                    let block = ClientBlock::new(id, m as i64, data.clone());
+                    let batch = pending.entry(server.clone()).or_default();
+                    match batch.iter_mut().find(|(p, _)| *p == partition) {
+                        Some((_, blocks)) => blocks.push(block),
+                        None => batch.push((partition, vec![block])),
+                    }
+                    if batch.iter().map(|(_, b)| b.len()).sum::<usize>() >= args.blocks_per_request
+                    {
+                        let batch = pending.remove(&server).unwrap();
+                        let (server, client) = flush(server, batch, &mut clients).await?;
+                        clients.insert(server, client);
+                    }
                 }
                 i += args.mappers;
             }
@@ -195,7 +230,8 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.mappers {
-        let owner = owner.clone();
+        let owners = owners.clone();
+        let read_replica = args.read_replica;
         let app = app.clone();
         let next = next.clone();
         let latency = read_latency.clone();
@@ -208,7 +244,8 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
                 if p >= partitions {
                     return Ok::<_, anyhow::Error>((blocks, bytes));
                 }
-                let mut client = ShuffleServer::connect(&owner[&p], transport).await?;
+                let mut client =
+                    ShuffleServer::connect(&owners[&p][read_replica], transport).await?;
                 let t = Instant::now();
                 let expected = client.shuffle_result(&app, 0, vec![p]).await?;
                 let got = client

@@ -113,6 +113,20 @@ impl Coordinator {
         partitions: i32,
         transport: Transport,
     ) -> Result<Vec<PartitionRangeAssignment>> {
+        self.assignments_replicated(app, shuffle, partitions, transport, 1)
+            .await
+    }
+
+    /// As [`Coordinator::assignments`], `replicas` distinct servers per
+    /// partition range (the client's `rss.data.replica`).
+    pub async fn assignments_replicated(
+        &mut self,
+        app: &str,
+        shuffle: i32,
+        partitions: i32,
+        transport: Transport,
+        replicas: i32,
+    ) -> Result<Vec<PartitionRangeAssignment>> {
         let r = self
             .inner
             .get_shuffle_assignments(GetShuffleServerRequest {
@@ -120,7 +134,7 @@ impl Coordinator {
                 shuffle_id: shuffle,
                 partition_num: partitions,
                 partition_num_per_range: 1,
-                data_replica: 1,
+                data_replica: replicas,
                 require_tags: vec!["ss_v5".into(), transport.tag().into()],
                 assignment_shuffle_server_number: -1,
                 ..Default::default()
