@@ -84,6 +84,13 @@ fn written(node: &Node, protocol: &str, app: &str) -> u64 {
         .sum()
 }
 
+/// [`written`] summed over the three nodes.
+fn written_on_all(cluster: &Cluster, protocol: &str, app: &str) -> u64 {
+    (1..=3)
+        .map(|i| written(cluster.node(i), protocol, app))
+        .sum()
+}
+
 /// Whether the node still holds `stored_id` (`<protocol>/<id>`).
 fn holds(node: &Node, stored_id: &str) -> bool {
     node.status()["storage"]["applications"]
@@ -183,9 +190,7 @@ fn three_nodes_serve_as_one_fleet() {
         "--replicate",
         "--read-replicas",
     ]);
-    let stored: u64 = (1..=3)
-        .map(|i| written(cluster.node(i), "celeborn", "fleet-celeborn-r"))
-        .sum();
+    let stored = written_on_all(&cluster, "celeborn", "fleet-celeborn-r");
     assert!(
         stored >= 2 * (24 << 20),
         "replicated 24 MiB but the nodes stored {stored} B"
@@ -241,9 +246,7 @@ fn three_nodes_serve_as_one_fleet() {
         "--read-replica",
         "1",
     ]);
-    let stored: u64 = (1..=3)
-        .map(|i| written(cluster.node(i), "uniffle", "fleet-uniffle-r"))
-        .sum();
+    let stored = written_on_all(&cluster, "uniffle", "fleet-uniffle-r");
     assert!(
         stored >= 2 * (24 << 20),
         "two replicas of 24 MiB but the nodes stored {stored} B"
