@@ -20,7 +20,6 @@ use crate::status::StatusCode;
 /// client's own 120 s push timeout, so it revives instead of timing out).
 const REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Default)]
 pub struct Replicator {
     /// Per peer `host:replicatePort`; the mutex makes concurrent first uses
     /// open one connection.
