@@ -61,5 +61,19 @@ impl Store {
                 store.expire_apps().await;
             }
         });
+
+        // Off the path to ready: files no recovered partition owns go once
+        // the node serves.
+        let weak = Arc::downgrade(self);
+        let cancel = self.cancel.clone();
+        let grace = self.config.recovery.orphan_grace;
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(grace) => {}
+            }
+            let Some(store) = weak.upgrade() else { return };
+            store.sweep_orphans().await;
+        });
     }
 }

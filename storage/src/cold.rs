@@ -483,6 +483,17 @@ impl ColdTier {
             .collect())
     }
 
+    /// Lists objects below `rel` with their sizes (the orphan sweep).
+    pub(crate) async fn list_with_sizes(&self, rel: &str) -> Result<Vec<(String, u64)>> {
+        let path = format!("{}/", self.path(rel).trim_end_matches('/'));
+        let entries = self.op.list_with(&path).recursive(true).await?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.metadata().is_file())
+            .map(|e| (e.path().to_string(), e.metadata().content_length()))
+            .collect())
+    }
+
     pub(crate) fn status(&self) -> ColdStatus {
         ColdStatus {
             service: self.service.to_string(),

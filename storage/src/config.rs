@@ -24,6 +24,7 @@ pub struct StoreConfig {
     /// The cold tier; none by default.
     pub cold: Option<ColdConfig>,
     pub apps: AppConfig,
+    pub recovery: RecoveryConfig,
 }
 
 impl Default for StoreConfig {
@@ -34,6 +35,7 @@ impl Default for StoreConfig {
             disks: DiskConfig::default(),
             cold: None,
             apps: AppConfig::default(),
+            recovery: RecoveryConfig::default(),
         }
     }
 }
@@ -398,6 +400,56 @@ impl Default for AppConfig {
             max_app_partitions: None,
             max_user_bytes: None,
         }
+    }
+}
+
+/// What survives a restart: committed partitions are recorded in a
+/// manifest and served again after a restart; everything else found in the
+/// data dirs and the cold prefix is removed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoveryConfig {
+    /// Record committed partitions (Celeborn's CommitFiles, Uniffle's
+    /// reportShuffleResult and finishShuffle) and recover them at start. On
+    /// by default. Off, a restart starts empty: the data dirs and the cold
+    /// prefix are still swept, so nothing is left behind.
+    pub enabled: bool,
+    /// The manifest file. Default `<first disks.dirs entry>/.switchyard/manifest.redb`
+    /// (a name no application directory can take). With no disk and no
+    /// path, nothing is recorded (a cold-only store starts empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// Files and cold objects that no recovered partition owns (data that
+    /// was never committed, an application removed while the node was down)
+    /// are removed this long after start, so that recovery and the first
+    /// requests do not wait for the deletes. Only what existed before the
+    /// start is touched. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub orphan_grace: Duration,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            enabled: true,
+            path: None,
+            orphan_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RecoveryConfig {
+    /// Where the manifest lives, if recovery is on and it has a place.
+    pub fn manifest_path(&self, disks: &DiskConfig) -> Option<PathBuf> {
+        if !self.enabled {
+            return None;
+        }
+        self.path.clone().or_else(|| {
+            disks
+                .dirs
+                .first()
+                .map(|d| d.join(".switchyard").join("manifest.redb"))
+        })
     }
 }
 

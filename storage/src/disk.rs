@@ -509,11 +509,24 @@ fn write_segment(
     if let Some(parent) = data_path.parent() {
         fs::create_dir_all(parent)?;
     }
-    let data = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(data_path)?;
+    let open = || {
+        OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(data_path)
+    };
+    let data = match open() {
+        // The orphan sweep removes empty directories of applications it
+        // does not know; one may have gone between create_dir_all and here.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = data_path.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            open()?
+        }
+        other => other?,
+    };
     let slices: Vec<&[u8]> = blocks.iter().map(|b| &b.data[..]).collect();
     if let Some(err) = fault {
         // Write about half, then fail, as a dying or filling device would.

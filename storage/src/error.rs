@@ -77,6 +77,10 @@ pub enum StorageError {
     },
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The manifest (durable metadata) could not be read or written: the
+    /// commit that needed it is not durable.
+    #[error("manifest: {0}")]
+    Manifest(String),
     #[error("the store is shutting down")]
     ShuttingDown,
 }

@@ -24,8 +24,10 @@ mod flush;
 pub mod id;
 pub mod ledger;
 pub mod lifecycle;
+mod manifest;
 pub mod memory;
 mod partition;
+mod recovery;
 mod segment;
 pub mod status;
 mod store;
@@ -36,14 +38,17 @@ pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN}
 pub use budget::{MemoryBudget, Reservation};
 pub use cold::{cold_operator, ColdStatus};
 pub use config::{
-    AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, Secret, StoreConfig,
+    AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, RecoveryConfig, Secret,
+    StoreConfig,
 };
 pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
 pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
 pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
+pub use manifest::RecoveredNote;
 pub use memory::MemoryRead;
+pub use recovery::RecoveryStatus;
 pub use status::{ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
 pub use view::{Chunk, PartitionView, Run, SelectedView, Selection};

@@ -33,6 +33,8 @@ pub struct StoreStatus {
     pub disks: Vec<DiskStatus>,
     pub cold: Option<ColdStatus>,
     pub operations: OperationCounts,
+    /// What the last start recovered, discarded and removed.
+    pub recovery: crate::recovery::RecoveryStatus,
     pub applications: Vec<AppStatus>,
 }
 
@@ -189,6 +191,7 @@ impl Store {
                 flush_timeouts: c.flush_timeouts.load(Ordering::Relaxed),
                 removed_apps_remembered: self.lifecycle.tombstone_count() as u64,
             },
+            recovery: self.recovery_status(),
             applications,
         }
     }

@@ -74,6 +74,14 @@ pub struct Store {
     pub(crate) cancel: CancellationToken,
     pub(crate) tasks: TaskTracker,
     pub(crate) shutting_down: AtomicBool,
+    /// Where commits are recorded; none with recovery off.
+    pub(crate) manifest: Option<crate::manifest::Manifest>,
+    pub(crate) recovery: parking_lot::Mutex<crate::recovery::RecoveryStatus>,
+    /// Front ends' notes found at open, until they take them.
+    pub(crate) recovered_notes: parking_lot::Mutex<Vec<crate::manifest::RecoveredNote>>,
+    /// The first segment uid of this open: files of older uids were made
+    /// by an earlier process.
+    pub(crate) uid_start: u64,
 }
 
 impl Store {
@@ -126,6 +134,18 @@ impl Store {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
+        let manifest = crate::recovery::open_manifest(&config)?;
+        let recovery = crate::recovery::RecoveryStatus {
+            enabled: manifest.is_some(),
+            manifest: manifest
+                .as_ref()
+                .map(|(m, _)| m.path().display().to_string()),
+            ..Default::default()
+        };
+        let (manifest, loaded) = match manifest {
+            Some((m, l)) => (Some(m), Some(l)),
+            None => (None, None),
+        };
         let store = Arc::new(Store {
             budget: Arc::new(MemoryBudget::new(config.memory.capacity.as_u64())),
             disks,
@@ -146,8 +166,15 @@ impl Store {
             cancel: CancellationToken::new(),
             tasks: TaskTracker::new(),
             shutting_down: AtomicBool::new(false),
+            manifest,
+            recovery: parking_lot::Mutex::new(recovery),
+            recovered_notes: Default::default(),
+            uid_start,
             config,
         });
+        if let Some(loaded) = loaded {
+            store.recover(loaded);
+        }
         store.start_background();
         store.register_failure_counters();
         tracing::info!(
@@ -724,7 +751,108 @@ impl Store {
         let flush = self.flush_in_background(&p);
         self.flush_fully_until(flush, deadline, || format!("partition {key}"))
             .await?;
+        self.record_until(std::slice::from_ref(&p), Vec::new(), deadline)
+            .await?;
         self.partition_stats(key)
+    }
+
+    /// Records committed partitions (and notes) in the manifest, waiting at
+    /// most until `deadline`. A failure does not fail the commit: the blocks
+    /// are durable in their tier and readable until the next restart, which
+    /// then does not recover them. It is logged and counted
+    /// (`recovery.record_failures`), so that a full or broken metadata disk
+    /// degrades restarts instead of failing every job.
+    async fn record_until(
+        &self,
+        partitions: &[Arc<Partition>],
+        notes: Vec<crate::manifest::Change>,
+        deadline: tokio::time::Instant,
+    ) -> Result<()> {
+        let result = match tokio::time::timeout_at(deadline, self.record(partitions, notes)).await {
+            Ok(r) => r,
+            Err(_) => Err(StorageError::Manifest(format!(
+                "commit not recorded within {:?}",
+                self.config.commit_timeout
+            ))),
+        };
+        if let Err(e) = result {
+            let failures = {
+                let mut r = self.recovery.lock();
+                r.record_failures += 1;
+                r.record_failures
+            };
+            metrics::counter!("switchyard_manifest_failures_total").increment(1);
+            if failures == 1 || failures.is_power_of_two() {
+                tracing::error!(error = %e, failures, "commit not recorded: a restart will not recover it");
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the partitions durable and records them with the front end's
+    /// notes on their shuffle (`(name, value)`, a later note of the same name
+    /// replacing the earlier), so that a restart serves them again: what a
+    /// client is told is stored (Uniffle's reportShuffleResult). Partitions
+    /// this store never saw are skipped. Bounded by `commit_timeout`, then
+    /// [`StorageError::FlushTimeout`] while the flushes go on.
+    pub async fn commit_partitions(
+        self: &Arc<Self>,
+        app: &str,
+        shuffle: i32,
+        partitions: &[i32],
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Result<()> {
+        let app_state = self.app(app)?;
+        self.lifecycle.check_alive(&app_state.id, shuffle)?;
+        let parts: Vec<Arc<Partition>> = match app_state.shuffles.get(&shuffle) {
+            Some(s) => s
+                .partitions
+                .iter()
+                .filter(|p| partitions.contains(&p.key().partition))
+                .map(|p| p.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
+        let flushes: Vec<_> = parts.iter().map(|p| self.flush_in_background(p)).collect();
+        for (p, flush) in parts.iter().zip(flushes) {
+            self.flush_fully_until(flush, deadline, || format!("partition {}", p.key))
+                .await?;
+        }
+        let notes = self.note_changes(&app_state.id, shuffle, notes);
+        self.record_until(&parts, notes, deadline).await
+    }
+
+    /// Records a front end's notes on a shuffle (Celeborn's map regions)
+    /// beside its committed partitions; recovered with them
+    /// ([`Store::take_recovered_notes`]) and removed with the shuffle.
+    pub async fn record_notes(
+        &self,
+        app: &str,
+        shuffle: i32,
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Result<()> {
+        let app_state = self.app(app)?;
+        let changes = self.note_changes(&app_state.id, shuffle, notes);
+        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
+        self.record_until(&[], changes, deadline).await
+    }
+
+    fn note_changes(
+        &self,
+        app: &AppId,
+        shuffle: i32,
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Vec<crate::manifest::Change> {
+        notes
+            .into_iter()
+            .map(|(name, value)| crate::manifest::Change::PutNote {
+                app: app.clone(),
+                shuffle,
+                name,
+                value,
+            })
+            .collect()
     }
 
     pub fn is_sealed(&self, key: &PartitionKey) -> Result<bool> {
@@ -756,7 +884,10 @@ impl Store {
                 first_error.get_or_insert(e);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        self.record_until(&partitions, Vec::new(), deadline).await
     }
 
     /// Removes a shuffle: its memory at once, its files and objects before
@@ -766,6 +897,11 @@ impl Store {
             return Ok(());
         };
         if let Some((_, s)) = a.shuffles.remove(&shuffle) {
+            self.forget_recorded(crate::manifest::Change::RemoveShuffle(
+                a.id.clone(),
+                shuffle,
+            ))
+            .await;
             self.purge_shuffle(&a.id, shuffle, &s).await;
         }
         Ok(())
@@ -809,6 +945,8 @@ impl Store {
         metrics::counter!("switchyard_apps_removed_total", "reason" => reason.as_str())
             .increment(1);
         a.shuffles.clear();
+        self.forget_recorded(crate::manifest::Change::RemoveApp(a.id.clone()))
+            .await;
         for (id, s) in shuffles {
             self.purge_shuffle(&a.id, id, &s).await;
         }

@@ -42,6 +42,8 @@ pub fn config(root: &Path, disks: usize, memory: u64) -> StoreConfig {
     // truly full disk shows up as ENOSPC, which the fault tests cover.
     c.disks.min_free = ByteSize::b(0);
     c.disks.resume_margin = ByteSize::b(0);
+    // Beside the data dirs, so that tests counting their files count data only.
+    c.recovery.path = Some(root.join("meta").join("manifest.redb"));
     c
 }
 
