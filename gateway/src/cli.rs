@@ -60,6 +60,9 @@ pub enum BenchCommand {
     /// Both protocols at once, many clients, several times the memory budget:
     /// peak RSS against the configured bound, backpressure, every block checked.
     Overload(crate::bench::overload::OverloadBenchArgs),
+    /// Restart recovery: commit N partitions, kill -9, time to ready and
+    /// manifest bytes per partition; the write path with recovery on and off.
+    Restart(crate::bench::restart::RestartBenchArgs),
 }
 
 #[derive(Debug, Args)]

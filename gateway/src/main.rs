@@ -109,6 +109,7 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
     runtime.block_on(async move {
         match bench {
             BenchCommand::Storage(args) => bench::storage::run(args).await,
+            BenchCommand::Restart(args) => bench::restart::run(args).await,
             BenchCommand::Uniffle(args) => bench::uniffle::run(args).await,
             BenchCommand::Celeborn(args) => bench::celeborn::run(args).await,
             BenchCommand::Cold(args) => bench::cold::run(args).await,

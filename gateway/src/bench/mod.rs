@@ -7,6 +7,7 @@ pub mod flink;
 pub mod memory_wait;
 pub mod overload;
 pub mod report;
+pub mod restart;
 pub mod storage;
 pub mod uniffle;
 

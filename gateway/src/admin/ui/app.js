@@ -79,6 +79,13 @@ function renderStatus(s) {
   document.getElementById("cold").textContent = st.cold
     ? `cold tier: ${st.cold.service}, ${bytes(st.cold.stored_bytes)} stored, ${st.cold.healthy ? "healthy" : "failing"}`
     : "no cold tier";
+  const r = st.recovery;
+  document.getElementById("recovery").textContent = !r.enabled
+    ? "restart recovery off"
+    : `at start: ${r.partitions} committed partitions recovered (${bytes(r.bytes)}) in ${r.duration_ms} ms, ` +
+      `${r.discarded_partitions} discarded; ` +
+      (r.swept ? `${r.orphan_files} orphaned files removed (${bytes(r.orphan_bytes)})` : "orphan sweep pending") +
+      (r.record_failures ? `; ${r.record_failures} commits not recorded` : "");
 
   const apps = st.applications.slice().sort((a, b) => a.id.localeCompare(b.id));
   const rows = apps.map((a) => {

@@ -61,4 +61,103 @@ impl ShuffleState {
     pub(crate) fn commit(&self) -> i32 {
         self.commits.fetch_add(1, Ordering::AcqRel) + 1
     }
+
+    /// The shuffle's registration as a durable note: stage attempt, then
+    /// the partition ranges.
+    pub(crate) fn registration_note(&self) -> Vec<u8> {
+        let ranges = self.ranges.lock();
+        let mut out = Vec::with_capacity(8 + ranges.len() * 8);
+        out.extend_from_slice(&self.stage_attempt.load(Ordering::Acquire).to_be_bytes());
+        out.extend_from_slice(&(ranges.len() as u32).to_be_bytes());
+        for &(s, e) in ranges.iter() {
+            out.extend_from_slice(&s.to_be_bytes());
+            out.extend_from_slice(&e.to_be_bytes());
+        }
+        out
+    }
+
+    /// Applies a note written by [`ShuffleState::registration_note`].
+    pub(crate) fn restore_registration(&self, note: &[u8]) -> Option<()> {
+        let mut r = Reader(note);
+        let attempt = r.i32()?;
+        let n = r.u32()? as usize;
+        let mut ranges = Vec::with_capacity(n.min(note.len() / 8));
+        for _ in 0..n {
+            ranges.push((r.i32()?, r.i32()?));
+        }
+        self.stage_attempt.fetch_max(attempt, Ordering::AcqRel);
+        self.add_ranges(ranges);
+        Some(())
+    }
+}
+
+/// One reportShuffleResult as a durable note: per partition its id, the
+/// count of block ids, and the ids.
+pub(crate) fn report_note(partitions: &[(i32, Vec<i64>)]) -> Vec<u8> {
+    let ids: usize = partitions.iter().map(|(_, ids)| ids.len()).sum();
+    let mut out = Vec::with_capacity(partitions.len() * 8 + ids * 8);
+    for (p, ids) in partitions {
+        out.extend_from_slice(&p.to_be_bytes());
+        out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for id in ids {
+            out.extend_from_slice(&id.to_be_bytes());
+        }
+    }
+    out
+}
+
+/// Reads a note written by [`report_note`]; None if it is damaged.
+pub(crate) fn parse_report_note(note: &[u8]) -> Option<Vec<(i32, Vec<i64>)>> {
+    let mut r = Reader(note);
+    let mut out = Vec::new();
+    while !r.0.is_empty() {
+        let p = r.i32()?;
+        let n = r.u32()? as usize;
+        let mut ids = Vec::with_capacity(n.min(r.0.len() / 8));
+        for _ in 0..n {
+            ids.push(r.i64()?);
+        }
+        out.push((p, ids));
+    }
+    Some(out)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.take::<4>().map(i32::from_be_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take::<4>().map(u32::from_be_bytes)
+    }
+    fn i64(&mut self) -> Option<i64> {
+        self.take::<8>().map(i64::from_be_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_round_trip() {
+        let report = vec![(3, vec![1, -2, i64::MAX]), (7, vec![])];
+        assert_eq!(parse_report_note(&report_note(&report)), Some(report));
+        assert_eq!(parse_report_note(&[0, 0, 0, 1, 0, 0, 0, 5]), None, "short");
+        let s = ShuffleState::default();
+        s.add_ranges([(0, 3), (8, 9)]);
+        s.stage_attempt.store(2, Ordering::Release);
+        let restored = ShuffleState::default();
+        restored
+            .restore_registration(&s.registration_note())
+            .unwrap();
+        assert_eq!(*restored.ranges.lock(), vec![(0, 3), (8, 9)]);
+        assert_eq!(restored.stage_attempt.load(Ordering::Acquire), 2);
+    }
 }

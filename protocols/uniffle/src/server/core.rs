@@ -51,6 +51,10 @@ pub struct IncomingBlock {
 /// Uniffle's applications in the store, apart from every other front end's.
 pub const NAMESPACE: &str = "uniffle";
 
+/// Durable notes beside a shuffle: its registration, and one per report.
+const REGISTRATION_NOTE: &str = "registration";
+const REPORT_NOTE: &str = "report/";
+
 /// The store's id of a Uniffle application.
 pub fn stored(app: &str) -> AppId {
     scoped_app(NAMESPACE, app)
@@ -61,20 +65,82 @@ pub struct ShuffleServerCore {
     apps: DashMap<String, Arc<AppState>>,
     tickets: Tickets,
     config: UniffleConfig,
+    /// Names report notes uniquely, across restarts too (starts at the clock).
+    report_seq: std::sync::atomic::AtomicU64,
 }
 
 impl ShuffleServerCore {
     /// A core whose application state follows the store's removals.
     pub fn new(store: Arc<Store>, config: UniffleConfig) -> Arc<Self> {
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
         let core = Arc::new(ShuffleServerCore {
             store,
             apps: DashMap::new(),
             tickets: Tickets::default(),
             config,
+            report_seq: start.into(),
         });
+        core.recover();
         let listener: Arc<dyn AppListener> = core.clone();
         core.store.subscribe(Arc::downgrade(&listener));
         core
+    }
+
+    /// Rebuilds what the store recovered: every Uniffle application it
+    /// holds, its shuffles' registrations and reported block ids, so that
+    /// readers get the same getShuffleResult as before the restart.
+    fn recover(&self) {
+        for stored_id in self.store.app_ids() {
+            if let Some(app) = unscoped_app(NAMESPACE, &stored_id) {
+                self.apps.entry(app.to_string()).or_default();
+            }
+        }
+        let (mut shuffles, mut reports, mut damaged) = (0, 0, 0);
+        for note in self.store.take_recovered_notes(NAMESPACE) {
+            let Some(app) = unscoped_app(NAMESPACE, &note.app) else {
+                continue;
+            };
+            let state = self.apps.entry(app.to_string()).or_default().clone();
+            let shuffle = state.shuffles.entry(note.shuffle).or_default().clone();
+            let ok = if note.name == REGISTRATION_NOTE {
+                shuffles += 1;
+                shuffle.restore_registration(&note.value).is_some()
+            } else if note.name.starts_with(REPORT_NOTE) {
+                reports += 1;
+                match super::apps::parse_report_note(&note.value) {
+                    Some(parts) => {
+                        for (p, ids) in parts {
+                            shuffle.report(p, &ids);
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                true
+            };
+            if !ok {
+                damaged += 1;
+                tracing::error!(
+                    app,
+                    shuffle = note.shuffle,
+                    note = note.name,
+                    "damaged note not recovered"
+                );
+            }
+        }
+        if !self.apps.is_empty() {
+            tracing::info!(
+                apps = self.apps.len(),
+                shuffles,
+                reports,
+                damaged,
+                "uniffle: recovered applications"
+            );
+        }
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -297,13 +363,31 @@ impl ShuffleServerCore {
         Ok(())
     }
 
-    pub fn report_shuffle_result(
+    /// Records a map task's block ids. The blocks of the partitions it names
+    /// are made durable and recorded with the ids first (the store's
+    /// `commit_partitions`), so that what a reader is told exists survives a
+    /// restart of this server.
+    pub async fn report_shuffle_result(
         &self,
         app: &str,
         shuffle: i32,
         partitions: Vec<(i32, Vec<i64>)>,
     ) -> Result<()> {
         let state = self.shuffle(app, shuffle)?;
+        let ids: Vec<i32> = partitions.iter().map(|(p, _)| *p).collect();
+        let seq = self
+            .report_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let notes = vec![
+            (REGISTRATION_NOTE.to_string(), state.registration_note()),
+            (
+                format!("{REPORT_NOTE}{seq:020}"),
+                super::apps::report_note(&partitions),
+            ),
+        ];
+        self.store
+            .commit_partitions(&stored(app), shuffle, &ids, notes)
+            .await?;
         for (p, ids) in partitions {
             state.report(p, &ids);
         }

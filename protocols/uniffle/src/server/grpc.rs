@@ -198,7 +198,8 @@ impl ShuffleServer for ShuffleServerService {
             .collect();
         let result = self
             .core
-            .report_shuffle_result(&r.app_id, r.shuffle_id, partitions);
+            .report_shuffle_result(&r.app_id, r.shuffle_id, partitions)
+            .await;
         let (status, ret_msg) = outcome(&result, "reportShuffleResult");
         Ok(Response::new(ReportShuffleResultResponse {
             status,

@@ -267,6 +267,10 @@ impl WorkerEndpoint {
         }
         let mut reply = PbCommitFilesResponse::default();
         let chunk_size = self.state.config.chunk_size.as_u64();
+        // Every location at once: their flushes share the flush slots and
+        // their manifest records one fsync, so a commit of N partitions costs
+        // about one of them, not N in a row.
+        let mut commits = Vec::new();
         for (ids, replica) in [(&r.primary_ids, false), (&r.replica_ids, true)] {
             for uid in ids {
                 // An id this worker never reserved is neither committed nor
@@ -276,48 +280,53 @@ impl WorkerEndpoint {
                     continue;
                 };
                 loc.committed.store(true, Ordering::Release);
-                let result = async {
-                    let stats = self.state.store.seal(&loc.key).await?;
-                    if stats.received_bytes == 0 {
-                        return Ok(None);
+                commits.push(async move {
+                    let result = async {
+                        let stats = self.state.store.seal(&loc.key).await?;
+                        if stats.received_bytes == 0 {
+                            return Ok(None);
+                        }
+                        let view = self
+                            .state
+                            .store
+                            .open_view(&loc.key, None, chunk_size)
+                            .await?;
+                        Ok::<_, switchyard_storage::StorageError>(Some((
+                            stats,
+                            view.chunk_offsets().unwrap_or_default(),
+                        )))
                     }
-                    let view = self
-                        .state
-                        .store
-                        .open_view(&loc.key, None, chunk_size)
-                        .await?;
-                    Ok::<_, switchyard_storage::StorageError>(Some((
-                        stats,
-                        view.chunk_offsets().unwrap_or_default(),
-                    )))
+                    .await;
+                    (uid, replica, result)
+                });
+            }
+        }
+        for (uid, replica, result) in futures::future::join_all(commits).await {
+            match result {
+                Ok(None) => {} // an empty file: neither committed nor failed
+                Ok(Some((stats, offsets))) => {
+                    let size = stats.disk_bytes + stats.cold_bytes;
+                    let info = committed_storage_info(size, &offsets);
+                    reply.total_written += size as i64;
+                    reply.file_count += 1;
+                    if replica {
+                        reply.committed_replica_ids.push(uid.clone());
+                        reply
+                            .committed_replica_storage_infos
+                            .insert(uid.clone(), info);
+                    } else {
+                        reply.committed_primary_ids.push(uid.clone());
+                        reply
+                            .committed_primary_storage_infos
+                            .insert(uid.clone(), info);
+                    }
                 }
-                .await;
-                match result {
-                    Ok(None) => {} // an empty file: neither committed nor failed
-                    Ok(Some((stats, offsets))) => {
-                        let size = stats.disk_bytes + stats.cold_bytes;
-                        let info = committed_storage_info(size, &offsets);
-                        reply.total_written += size as i64;
-                        reply.file_count += 1;
-                        if replica {
-                            reply.committed_replica_ids.push(uid.clone());
-                            reply
-                                .committed_replica_storage_infos
-                                .insert(uid.clone(), info);
-                        } else {
-                            reply.committed_primary_ids.push(uid.clone());
-                            reply
-                                .committed_primary_storage_infos
-                                .insert(uid.clone(), info);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(uid, replica, error = %e, "commit failed");
-                        if replica {
-                            reply.failed_replica_ids.push(uid.clone());
-                        } else {
-                            reply.failed_primary_ids.push(uid.clone());
-                        }
+                Err(e) => {
+                    tracing::error!(uid, replica, error = %e, "commit failed");
+                    if replica {
+                        reply.failed_replica_ids.push(uid.clone());
+                    } else {
+                        reply.failed_primary_ids.push(uid.clone());
                     }
                 }
             }
