@@ -23,6 +23,7 @@
 //! commits share one transaction and one fsync (group commit).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -40,6 +41,23 @@ const INFO: TableDefinition<&str, u64> = TableDefinition::new("info");
 const FORMAT: u64 = 1;
 /// Most jobs one transaction takes (bounds a transaction's size).
 const GROUP_MAX: usize = 4096;
+/// What the writer thread and [`Manifest::apply`] share.
+#[derive(Default)]
+struct WriterState {
+    /// Jobs sent and not yet answered by the writer.
+    pending: AtomicUsize,
+    /// A wait timed out and the writer has not finished a transaction since:
+    /// later changes are queued without waiting (each would only time out).
+    stalled: AtomicBool,
+    /// The file's size after the last transaction (read by the writer, so
+    /// that a status request never touches a hung disk).
+    file_bytes: AtomicU64,
+}
+
+/// Most jobs waiting for the writer. Past it (a metadata disk that stopped
+/// answering while commits go on) changes are refused at once rather than
+/// queued without bound.
+const PENDING_MAX: usize = 65_536;
 
 /// An application, as recorded with its first committed partition.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -126,6 +144,12 @@ struct Job {
 pub(crate) struct Manifest {
     path: PathBuf,
     db: Arc<Database>,
+    /// How long [`Manifest::apply`] waits for its transaction: the disks'
+    /// `io_timeout`, so that a hung metadata disk costs a commit that long
+    /// and no more (the change stays queued and lands if the disk recovers).
+    timeout: std::time::Duration,
+    /// The writer's state, shared with its thread.
+    shared: Arc<WriterState>,
     /// Taken on drop, which ends the writer.
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<std::thread::JoinHandle<()>>,
@@ -143,8 +167,9 @@ impl Drop for Manifest {
 }
 
 impl Manifest {
-    /// Opens (or creates) the manifest at `path` and starts its writer thread.
-    pub(crate) fn open(path: &Path) -> Result<Manifest> {
+    /// Opens (or creates) the manifest at `path` and starts its writer
+    /// thread; [`Manifest::apply`] waits at most `timeout` for a write.
+    pub(crate) fn open(path: &Path, timeout: std::time::Duration) -> Result<Manifest> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StorageError::io(parent, e))?;
         }
@@ -180,13 +205,18 @@ impl Manifest {
         let (jobs, rx) = mpsc::channel();
         let writer_db = db.clone();
         let writer_path = path.to_path_buf();
+        let shared = Arc::new(WriterState::default());
+        shared.file_bytes.store(file_len(path), Ordering::Relaxed);
+        let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
             .name("manifest-writer".into())
-            .spawn(move || write_loop(&writer_db, &writer_path, rx))
+            .spawn(move || write_loop(&writer_db, &writer_path, rx, &writer_shared))
             .map_err(|e| StorageError::io(path, e))?;
         Ok(Manifest {
             path: path.to_path_buf(),
             db,
+            timeout,
+            shared,
             jobs: Some(jobs),
             writer: Some(writer),
         })
@@ -196,27 +226,63 @@ impl Manifest {
         &self.path
     }
 
-    /// Bytes the manifest file takes.
+    /// Bytes the manifest file took after its last transaction.
     pub(crate) fn file_bytes(&self) -> u64 {
-        std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
+        self.shared.file_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Whether a write has outlived the timeout and not returned yet.
+    pub(crate) fn stalled(&self) -> bool {
+        self.shared.stalled.load(Ordering::Acquire)
     }
 
     /// Applies the changes in one durable transaction (shared with whatever
-    /// else is waiting), and returns once it is on disk.
+    /// else is waiting), and returns once it is on disk, or with an error
+    /// after the timeout (the change still lands if the writer gets to it).
     pub(crate) async fn apply(&self, changes: Vec<Change>) -> Result<()> {
         if changes.is_empty() {
             return Ok(());
         }
+        let state = &self.shared;
+        if state.pending.load(Ordering::Acquire) >= PENDING_MAX {
+            return Err(StorageError::Manifest(format!(
+                "{}: {PENDING_MAX} changes wait for a write that has not returned",
+                self.path.display()
+            )));
+        }
         let (done, wait) = tokio::sync::oneshot::channel();
-        self.jobs
+        state.pending.fetch_add(1, Ordering::AcqRel);
+        let sent = self
+            .jobs
             .as_ref()
-            .ok_or_else(|| StorageError::Manifest("manifest closed".into()))?
-            .send(Job { changes, done })
-            .map_err(|_| StorageError::Manifest("manifest writer stopped".into()))?;
-        match wait.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StorageError::Manifest(e)),
-            Err(_) => Err(StorageError::Manifest("manifest writer stopped".into())),
+            .ok_or_else(|| StorageError::Manifest("manifest closed".into()))
+            .and_then(|jobs| {
+                jobs.send(Job { changes, done })
+                    .map_err(|_| StorageError::Manifest("manifest writer stopped".into()))
+            });
+        if let Err(e) = sent {
+            state.pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        let stuck = || {
+            StorageError::Manifest(format!(
+                "{}: a write has not returned within {:?} (a hung metadata disk?); \
+                 the change is queued",
+                self.path.display(),
+                self.timeout
+            ))
+        };
+        if state.stalled.load(Ordering::Acquire) {
+            return Err(stuck());
+        }
+        match tokio::time::timeout(self.timeout, wait).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(StorageError::Manifest(e)),
+            Ok(Err(_)) => Err(StorageError::Manifest("manifest writer stopped".into())),
+            Err(_) => {
+                state.stalled.store(true, Ordering::Release);
+                Err(stuck())
+            }
         }
     }
 
@@ -277,12 +343,16 @@ impl Manifest {
     }
 }
 
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
 fn manifest_error(path: &Path, e: impl Into<redb::Error>) -> StorageError {
     StorageError::Manifest(format!("{}: {}", path.display(), e.into()))
 }
 
 /// Takes the jobs waiting, applies them in one transaction, answers each.
-fn write_loop(db: &Database, path: &Path, rx: mpsc::Receiver<Job>) {
+fn write_loop(db: &Database, path: &Path, rx: mpsc::Receiver<Job>, state: &WriterState) {
     // `db` is the writer's clone; it is dropped when this returns.
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
@@ -300,6 +370,9 @@ fn write_loop(db: &Database, path: &Path, rx: mpsc::Receiver<Job>) {
         metrics::histogram!("switchyard_manifest_commit_seconds")
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("switchyard_manifest_commits_total").increment(1);
+        state.file_bytes.store(file_len(path), Ordering::Relaxed);
+        state.pending.fetch_sub(jobs.len(), Ordering::AcqRel);
+        state.stalled.store(false, Ordering::Release);
         for j in jobs {
             let _ = j.done.send(result.clone());
         }
@@ -444,6 +517,8 @@ fn decode_note_key(k: &[u8]) -> Option<(AppId, i32, String)> {
 mod tests {
     use super::*;
 
+    const T: std::time::Duration = std::time::Duration::from_secs(10);
+
     fn entry(len: u64) -> PartitionEntry {
         PartitionEntry {
             sealed: true,
@@ -487,7 +562,7 @@ mod tests {
             user: None,
         };
         {
-            let m = Manifest::open(&path).unwrap();
+            let m = Manifest::open(&path, T).unwrap();
             let mut changes = vec![
                 Change::PutApp("a".into(), app.clone()),
                 Change::PutApp("ab".into(), app.clone()),
@@ -509,7 +584,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let m = Manifest::open(&path).unwrap();
+        let m = Manifest::open(&path, T).unwrap();
         let loaded = m.load().unwrap();
         assert_eq!(loaded.apps.len(), 2);
         let mut keys: Vec<String> = loaded
@@ -540,7 +615,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_commits_share_transactions() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Arc::new(Manifest::open(&dir.path().join("manifest.redb")).unwrap());
+        let m = Arc::new(Manifest::open(&dir.path().join("manifest.redb"), T).unwrap());
         let mut tasks = Vec::new();
         for p in 0..200 {
             let m = m.clone();
@@ -571,7 +646,60 @@ mod tests {
                 .unwrap();
             txn.commit().unwrap();
         }
-        let err = Manifest::open(&path).err().expect("refused");
+        let err = Manifest::open(&path, T).err().expect("refused");
         assert!(err.to_string().contains("format"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_stuck_write_costs_a_commit_the_timeout_and_lands_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifest.redb");
+        let m = Manifest::open(&path, std::time::Duration::from_millis(300)).unwrap();
+        // A write transaction held elsewhere stalls the writer as a hung
+        // disk would (redb has one writer at a time).
+        let blocker = m.db.begin_write().unwrap();
+        let key = PartitionKey::new("app", 1, 2);
+        let started = std::time::Instant::now();
+        let err = m
+            .apply(vec![Change::PutPartition(key.clone(), entry(5))])
+            .await
+            .expect_err("the write is stuck");
+        assert!(err.to_string().contains("has not returned within"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(m.stalled());
+        // While stalled, a change is queued without waiting.
+        let started = std::time::Instant::now();
+        let key2 = PartitionKey::new("app", 1, 3);
+        m.apply(vec![Change::PutPartition(key2.clone(), entry(6))])
+            .await
+            .expect_err("still stuck");
+        assert!(started.elapsed() < std::time::Duration::from_millis(200));
+        // The stuck writer gets its transaction once the disk answers, and
+        // the queued change lands.
+        drop(blocker);
+        let waited = std::time::Instant::now();
+        while m.stalled() {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(10),
+                "writer still stuck"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        m.apply(vec![Change::PutApp(
+            AppId::from("app"),
+            AppEntry {
+                lease_ms: 1,
+                registered_unix_ms: 2,
+                client: None,
+                user: None,
+            },
+        )])
+        .await
+        .unwrap();
+        let loaded = m.load().unwrap();
+        let keys: Vec<_> = loaded.partitions.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(keys, vec![key, key2]);
+        assert_eq!(m.shared.pending.load(Ordering::Acquire), 0);
+        assert!(m.file_bytes() > 0);
     }
 }

@@ -52,9 +52,13 @@ pub struct RecoveryStatus {
     pub undecodable_entries: u64,
     /// Milliseconds from reading the manifest to serving.
     pub duration_ms: u64,
-    /// Commits the manifest could not record since start (a full or failing
-    /// metadata disk): served until the next restart, not after it.
+    /// Commits the manifest could not record within the disks' `io_timeout`
+    /// since start (a full, failing or hung metadata disk): served until the
+    /// next restart, and after it only if the queued write landed meanwhile.
     pub record_failures: u64,
+    /// A manifest write has outlived `io_timeout` and not returned: commits
+    /// are answered without waiting for it, and are not yet durable.
+    pub manifest_stalled: bool,
     /// Whether the orphan sweep has run.
     pub swept: bool,
     /// Files and objects no committed partition owned, removed by the sweep.
@@ -379,6 +383,7 @@ impl Store {
         let mut s = self.recovery.lock().clone();
         if let Some(m) = &self.manifest {
             s.manifest_bytes = m.file_bytes();
+            s.manifest_stalled = m.stalled();
         }
         s
     }
@@ -484,7 +489,7 @@ pub(crate) fn open_manifest(
         }
         return Ok(None);
     };
-    let manifest = crate::manifest::Manifest::open(&path)?;
+    let manifest = crate::manifest::Manifest::open(&path, config.disks.io_timeout)?;
     let loaded = manifest.load().map_err(|e| match e {
         StorageError::Manifest(m) => StorageError::Manifest(format!("reading: {m}")),
         other => other,

@@ -85,7 +85,8 @@ function renderStatus(s) {
     : `at start: ${r.partitions} committed partitions recovered (${bytes(r.bytes)}) in ${r.duration_ms} ms, ` +
       `${r.discarded_partitions} discarded; ` +
       (r.swept ? `${r.orphan_files} orphaned files removed (${bytes(r.orphan_bytes)})` : "orphan sweep pending") +
-      (r.record_failures ? `; ${r.record_failures} commits not recorded` : "");
+      (r.record_failures ? `; ${r.record_failures} commits not recorded` : "") +
+      (r.manifest_stalled ? "; manifest write stalled (metadata disk hung?)" : "");
 
   const apps = st.applications.slice().sort((a, b) => a.id.localeCompare(b.id));
   const rows = apps.map((a) => {

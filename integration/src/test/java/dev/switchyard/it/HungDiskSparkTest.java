@@ -22,7 +22,8 @@ import org.junit.jupiter.api.Timeout;
  * The job (the large job, far over the 128 MiB memory budget, so it must spill) runs with the
  * stock Uniffle client; flushes to the frozen disk outlive {@code io_timeout} (2 s), the disk is
  * marked hung and the data goes to the other one. The result equals Spark's own shuffle and the
- * status shows the disk hung.
+ * status shows the disk hung. The restart manifest is on the frozen disk as well (its default
+ * place): reports must not wait on it past io_timeout, and the status shows it stalled.
  *
  * <p>Needs root, loop devices, mkfs.ext4 and fsfreeze (CI has them); elsewhere it is skipped with
  * the reason. Tag {@code cold} (run-cold-tier.sh): the tier-fault tests.
@@ -107,6 +108,11 @@ class HungDiskSparkTest {
       String status = server.adminGet("/api/v1/status");
       if (!status.contains("\"health\":\"hung\"")) {
         throw new AssertionError("the frozen disk is not reported hung: " + status);
+      }
+      // The manifest lives on the frozen disk too: its writes must not hold
+      // the job's reports (they wait io_timeout once, then stop waiting).
+      if (!status.contains("\"manifest_stalled\":true")) {
+        throw new AssertionError("the manifest on the frozen disk is not reported stalled: " + status);
       }
       System.out.println("[suite] HungDiskSparkTest: the frozen disk was marked hung; the job equals vanilla");
       SparkHarness.appendTiming("hungDisk       a frozen first disk: marked hung, job equals vanilla");
