@@ -742,6 +742,17 @@ impl Store {
     /// at most `commit_timeout`, then fails with
     /// [`StorageError::FlushTimeout`] while the flush goes on.
     pub async fn seal(self: &Arc<Self>, key: &PartitionKey) -> Result<PartitionStats> {
+        self.seal_with_notes(key, Vec::new()).await
+    }
+
+    /// [`Store::seal`], recording the front end's notes on the partition's
+    /// shuffle in the same manifest transaction (Celeborn's map regions), so
+    /// that a restart never finds the partition without them.
+    pub async fn seal_with_notes(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Result<PartitionStats> {
         let p = self.partition_or_create(key)?;
         {
             let _buf = p.buffer.lock();
@@ -751,7 +762,8 @@ impl Store {
         let flush = self.flush_in_background(&p);
         self.flush_fully_until(flush, deadline, || format!("partition {key}"))
             .await?;
-        self.record_until(std::slice::from_ref(&p), Vec::new(), deadline)
+        let notes = self.note_changes(&key.app, key.shuffle, notes);
+        self.record_until(std::slice::from_ref(&p), notes, deadline)
             .await?;
         self.partition_stats(key)
     }

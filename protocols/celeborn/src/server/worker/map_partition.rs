@@ -218,6 +218,74 @@ impl MapPartition {
     }
 }
 
+/// Version byte of [`MapPartition::to_note`]'s encoding.
+const NOTE_FORMAT: u8 = 1;
+/// Bytes of the note's header (format, sub-partitions, buffer size, region
+/// count) and of each region (broadcast flag, first and end record).
+const NOTE_HEADER: usize = 1 + 4 + 4 + 4;
+const NOTE_REGION: usize = 1 + 8 + 8;
+
+impl MapPartition {
+    /// The finished regions and the handshake, as the store keeps them beside
+    /// a committed map partition, so a restarted worker serves it again. An
+    /// open region is not kept (it is not readable either).
+    pub fn to_note(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(NOTE_HEADER + NOTE_REGION * self.regions.len());
+        out.push(NOTE_FORMAT);
+        out.extend_from_slice(&self.num_sub_partitions.to_be_bytes());
+        out.extend_from_slice(&self.buffer_size.to_be_bytes());
+        out.extend_from_slice(&(self.regions.len() as u32).to_be_bytes());
+        for r in &self.regions {
+            out.push(u8::from(r.broadcast));
+            out.extend_from_slice(&r.records.start.to_be_bytes());
+            out.extend_from_slice(&r.records.end.to_be_bytes());
+        }
+        out
+    }
+
+    /// Reads [`MapPartition::to_note`]'s bytes; None when they are not a
+    /// note of this format (damaged, or from a newer build).
+    pub fn from_note(bytes: &[u8]) -> Option<MapPartition> {
+        let (&format, rest) = bytes.split_first()?;
+        if format != NOTE_FORMAT || rest.len() < NOTE_HEADER - 1 {
+            return None;
+        }
+        let word = |b: &[u8], i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+        let num_sub_partitions = word(rest, 0) as i32;
+        let buffer_size = word(rest, 4) as i32;
+        let count = word(rest, 8) as usize;
+        let body = &rest[12..];
+        // The count must match the bytes that follow before anything is built.
+        if !(1..=MAX_SUB_PARTITIONS).contains(&num_sub_partitions)
+            || body.len() != count.checked_mul(NOTE_REGION)?
+        {
+            return None;
+        }
+        let long = |b: &[u8]| i64::from_be_bytes(b.try_into().unwrap());
+        let regions = body
+            .chunks_exact(NOTE_REGION)
+            .map(|r| {
+                let records = long(&r[1..9])..long(&r[9..17]);
+                (r[0] <= 1 && records.start <= records.end).then_some(Region {
+                    broadcast: r[0] == 1,
+                    records,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(MapPartition {
+            num_sub_partitions,
+            buffer_size,
+            open: None,
+            regions,
+        })
+    }
+
+    /// One past the last record of the last finished region.
+    pub fn records_end(&self) -> i64 {
+        self.regions.last().map_or(0, |r| r.records.end)
+    }
+}
+
 /// A Flink record as the client pushes it (tests).
 #[cfg(test)]
 pub(crate) fn test_record(sub: i32, payload: &[u8]) -> Vec<u8> {
@@ -388,5 +456,35 @@ mod tests {
             };
             assert_eq!(read, want, "sub-partition {sub}");
         }
+    }
+
+    #[test]
+    fn notes_round_trip_and_refuse_what_they_cannot_read() {
+        let mut m = MapPartition::default();
+        m.handshake(4, 32768).unwrap();
+        m.region_start(0, false, 0).unwrap();
+        m.region_finish(3);
+        m.region_start(1, true, 3).unwrap();
+        m.region_finish(4);
+        m.region_start(2, false, 4).unwrap(); // open: not kept
+        let note = m.to_note();
+        let back = MapPartition::from_note(&note).expect("decodes");
+        assert_eq!(back.regions, m.regions);
+        assert_eq!(back.num_sub_partitions(), 4);
+        assert_eq!(back.buffer_size(), 32768);
+        assert_eq!(back.records_end(), 4);
+        assert!(back.open.is_none());
+        // truncated, a lying count, a newer format, a bad flag
+        assert!(MapPartition::from_note(&note[..note.len() - 1]).is_none());
+        let mut lying = note.clone();
+        lying[9..13].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(MapPartition::from_note(&lying).is_none());
+        let mut newer = note.clone();
+        newer[0] = 2;
+        assert!(MapPartition::from_note(&newer).is_none());
+        let mut flag = note.clone();
+        flag[13] = 7;
+        assert!(MapPartition::from_note(&flag).is_none());
+        assert!(MapPartition::from_note(&[]).is_none());
     }
 }

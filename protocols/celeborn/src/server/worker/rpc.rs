@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::state::{ShuffleState, WorkerState};
+use super::state::{map_note_name, ShuffleState, WorkerState};
 use crate::modes::{PartitionType, SplitMode};
 use crate::proto::*;
 use crate::rpc::endpoint;
@@ -280,9 +280,15 @@ impl WorkerEndpoint {
                     continue;
                 };
                 loc.committed.store(true, Ordering::Release);
+                // A map partition's regions go into the manifest with it.
+                let notes = if shuffle.is_map() {
+                    vec![(map_note_name(uid, replica), loc.map.lock().to_note())]
+                } else {
+                    Vec::new()
+                };
                 commits.push(async move {
                     let result = async {
-                        let stats = self.state.store.seal(&loc.key).await?;
+                        let stats = self.state.store.seal_with_notes(&loc.key, notes).await?;
                         if stats.received_bytes == 0 {
                             return Ok(None);
                         }

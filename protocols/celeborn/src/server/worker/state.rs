@@ -55,6 +55,24 @@ pub fn split_shuffle_key(key: &str) -> Option<(&str, i32)> {
     Some((app, shuffle.parse().ok()?))
 }
 
+/// The store note that keeps a committed map partition's regions:
+/// `map/<id>-<epoch>/<p|r>`.
+pub(crate) fn map_note_name(uid: &str, replica: bool) -> String {
+    format!("map/{uid}/{}", if replica { 'r' } else { 'p' })
+}
+
+/// (id, epoch, replica) of a [`map_note_name`].
+fn parse_map_note_name(name: &str) -> Option<(i32, i32, bool)> {
+    let (uid, mode) = name.strip_prefix("map/")?.rsplit_once('/')?;
+    let (id, epoch) = parse_unique_id(uid)?;
+    let replica = match mode {
+        "p" => false,
+        "r" => true,
+        _ => return None,
+    };
+    Some((id, epoch, replica))
+}
+
 /// Parses `"<id>-<epoch>"`.
 pub fn parse_unique_id(uid: &str) -> Option<(i32, i32)> {
     let (id, epoch) = uid.split_once('-')?;
@@ -220,7 +238,50 @@ impl WorkerState {
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
+        state.recover();
         state
+    }
+
+    /// Rebuilds the committed map partitions (Flink) the store recovered
+    /// from their notes: a restarted worker serves their credit streams
+    /// again. Reduce partitions need nothing here: their reads go to the
+    /// store by partition key.
+    fn recover(&self) {
+        let (mut recovered, mut damaged) = (0u64, 0u64);
+        for note in self.store.take_recovered_notes(NAMESPACE) {
+            let Some(app) = unscoped_app(NAMESPACE, &note.app) else {
+                continue;
+            };
+            let parsed = parse_map_note_name(&note.name).and_then(|(id, epoch, replica)| {
+                Some((id, epoch, replica, MapPartition::from_note(&note.value)?))
+            });
+            let Some((id, epoch, replica, map)) = parsed else {
+                damaged += 1;
+                tracing::error!(
+                    app,
+                    shuffle = note.shuffle,
+                    note = note.name,
+                    "damaged note not recovered"
+                );
+                continue;
+            };
+            let Some(shuffle) = self.shuffle_or_create(&format!("{app}-{}", note.shuffle)) else {
+                continue;
+            };
+            shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
+            let loc = shuffle.add_location(id, epoch, replica, None);
+            loc.next_block.store(map.records_end(), Ordering::Relaxed);
+            *loc.map.lock() = map;
+            loc.committed.store(true, Ordering::Release);
+            recovered += 1;
+        }
+        if recovered + damaged > 0 {
+            tracing::info!(
+                map_partitions = recovered,
+                damaged,
+                "celeborn map partitions recovered"
+            );
+        }
     }
 
     /// Registers (or refreshes) an application in the store with Celeborn's

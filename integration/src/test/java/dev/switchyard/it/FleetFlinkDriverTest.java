@@ -77,4 +77,35 @@ class FleetFlinkDriverTest extends FlinkDriverScenarios {
     System.out.println("[timing] " + line);
     SparkHarness.appendTiming(line.toString());
   }
+
+  @Override
+  String killAndRestartANodeWith(FlinkDriver.Dataset data) throws Exception {
+    String host = data.location(0).getHost();
+    int node = -1;
+    for (int i = 1; i <= cluster.size(); i++) {
+      if (cluster.host(i).equals(host)) {
+        node = i;
+      }
+    }
+    if (node < 0) {
+      throw withLog("map 0 was placed on " + host + ", which is no node of the cluster");
+    }
+    int held = 0;
+    for (int m = 0; m < MAPPERS; m++) {
+      held += data.location(m).getHost().equals(host) ? 1 : 0;
+    }
+    long t0 = System.nanoTime();
+    cluster.kill(node);
+    cluster.restart(node);
+    long ms = (System.nanoTime() - t0) / 1_000_000;
+    FleetJobsTest.waitForWorkers(cluster, 3);
+    String status = cluster.adminGet(node, "/api/v1/status");
+    java.util.regex.Matcher recovered =
+        java.util.regex.Pattern.compile("\"recovery\":\\{[^}]*\"partitions\":(\\d+)").matcher(status);
+    if (!recovered.find() || Long.parseLong(recovered.group(1)) < held) {
+      throw withLog("node " + node + " holds " + held + " map partitions but recovered fewer: " + status);
+    }
+    return String.format("node %d (%d of %d map partitions) killed -9, back in %d ms, %s partitions recovered",
+        node, held, MAPPERS, ms, recovered.group(1));
+  }
 }

@@ -59,6 +59,15 @@ abstract class FlinkDriverScenarios {
   /** Checks of the subclass on the written dataset (where its partitions went). */
   void afterWrite(FlinkDriver.Dataset data) throws Exception {}
 
+  /**
+   * Kills (SIGKILL) and restarts, on the same data dir and ports, a node that holds map
+   * partitions of {@code data}, checking that it recovered some; returns a line describing it, or
+   * null where the subclass's servers cannot restart.
+   */
+  String killAndRestartANodeWith(FlinkDriver.Dataset data) throws Exception {
+    return null;
+  }
+
   @BeforeAll
   void start() throws Exception {
     System.out.printf("[suite] %s, celeborn client %s%n", getClass().getSimpleName(), SparkHarness.celebornLabel());
@@ -437,6 +446,28 @@ abstract class FlinkDriverScenarios {
     if (!chain.toString().contains("order")) {
       throw withLog("the map task failed, but not for the sub-partition order: " + chain);
     }
+    assertHealthy();
+  }
+
+  /**
+   * Restart: a node holding committed map partitions is killed -9 and started again. Readers of
+   * the same LifecycleManager (its file groups unchanged) read every partition again, whole
+   * ranges and single sub-partitions, and get every buffer: the node served its map partitions'
+   * regions from the manifest, not from memory.
+   */
+  @Test
+  @Order(8)
+  void readersAfterANodeRestartGetEverything() throws Exception {
+    requireData();
+    String restarted = killAndRestartANodeWith(data);
+    org.junit.jupiter.api.Assumptions.assumeTrue(restarted != null, "these servers cannot restart");
+    var pool = FlinkStreamReader.CreditMode.POOL;
+    read("flink-restart", List.of(
+        new FlinkDriver.ReadSpec("all", 0, SUBS - 1, pool, 0, 4, 2),
+        new FlinkDriver.ReadSpec("one", 5, 5, pool, 0, 2, 2),
+        new FlinkDriver.ReadSpec("per-consumed", 2, 6, FlinkStreamReader.CreditMode.PER_CONSUMED, 2, 0, 2)));
+    System.out.println("[timing] flink-restart  " + restarted);
+    SparkHarness.appendTiming("flink-restart  " + restarted);
     assertHealthy();
   }
 }
