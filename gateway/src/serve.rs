@@ -327,6 +327,11 @@ pub async fn serve(
         std::process::exit(130);
     });
 
+    // Celeborn clients move their pushes elsewhere while every port is
+    // still open (heartbeats go on meanwhile).
+    if let Some(node) = &celeborn {
+        node.drain().await;
+    }
     cluster_cancel.cancel();
     if let Some(h) = heartbeater {
         h.stop().await;

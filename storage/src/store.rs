@@ -1096,6 +1096,18 @@ impl Store {
                 tracing::error!(partition = %key, error = %e, "flush at shutdown failed");
             }
         }
+        // A graceful stop records every partition as it stands, committed or
+        // not, so that the restarted node resumes running jobs: a Uniffle
+        // report or a Celeborn commit that arrives after the restart finds
+        // the blocks sent before it. (After a crash only commits count.)
+        if self.manifest.is_some() {
+            // Failures are counted and logged inside; the stop goes on.
+            let _ = self.record_until(&partitions, Vec::new(), deadline).await;
+            tracing::info!(
+                partitions = partitions.len(),
+                "partitions recorded for the restart"
+            );
+        }
         self.cancel.cancel();
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;

@@ -48,6 +48,20 @@ pub struct CelebornConfig {
     /// (the client heartbeats every 10 s).
     #[serde(with = "humantime_serde")]
     pub app_timeout: Duration,
+    /// At a graceful stop (SIGTERM), the worker first answers every push
+    /// HARD_SPLIT and every ReserveSlots WORKER_SHUTDOWN, as Celeborn's
+    /// graceful shutdown does, until no push has come for this long; only
+    /// then do its ports close. Clients thereby move their partitions to
+    /// other workers instead of failing to connect, which would make their
+    /// LifecycleManager exclude the worker for minutes (a rolling restart
+    /// would soon leave no worker to revive on). Acknowledged data and the
+    /// live locations are recorded and served again after the restart.
+    /// Default 1 s; 0 closes at once.
+    #[serde(with = "humantime_serde")]
+    pub stop_quiet: Duration,
+    /// The longest the stop waits for pushes to go quiet. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub stop_drain_timeout: Duration,
     /// Celeborn's authentication, as the stock clients speak it with
     /// `spark.celeborn.auth.enabled=true`: a driver registers its
     /// application's secret on the master port, and every connection to the
@@ -84,6 +98,8 @@ impl Default for CelebornConfig {
             rpc_max_frame_size: ByteSize::mib(64),
             chunk_size: ByteSize::mib(8),
             app_timeout: Duration::from_secs(300),
+            stop_quiet: Duration::from_secs(1),
+            stop_drain_timeout: Duration::from_secs(30),
             connections: ConnectionLimits::default(),
             auth_enabled: false,
             tls: None,

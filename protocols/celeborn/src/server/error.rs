@@ -170,6 +170,19 @@ impl From<StorageError> for CelebornError {
 }
 
 impl CelebornError {
+    /// The batch was not taken because its location split (sealed here, or
+    /// refused by the replica): answered HARD_SPLIT, so the client revives.
+    pub fn is_split(&self) -> bool {
+        matches!(
+            self,
+            CelebornError::Sealed(_)
+                | CelebornError::Replicate {
+                    code: StatusCode::HardSplit,
+                    ..
+                }
+        )
+    }
+
     /// A store refusal of a pushed batch, as the push port answers it.
     pub fn write(e: StorageError, replica: bool) -> Self {
         match CelebornError::from(e) {

@@ -206,11 +206,21 @@ impl CelebornNode {
     }
 
     /// Stops accepting requests and waits for the listeners to close.
+    /// The first step of a graceful stop, ports still open: clients move
+    /// their pushes elsewhere ([`WorkerState::drain`]).
+    pub async fn drain(&self) {
+        let c = &self.worker.config;
+        self.worker.drain(c.stop_quiet, c.stop_drain_timeout).await;
+    }
+
     pub async fn shutdown(self) {
         self.cancel.cancel();
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+        // No push is in flight any more: what the worker acknowledged is in
+        // the store, which records it next; the locations go with it.
+        self.worker.record_live_locations().await;
     }
 }
 

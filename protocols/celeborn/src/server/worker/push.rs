@@ -175,6 +175,7 @@ fn header(batch: &[u8]) -> Option<(i32, i32)> {
 }
 
 fn judge(
+    state: &WorkerState,
     shuffle_key: &str,
     shuffle: Option<&Arc<ShuffleState>>,
     uid: &str,
@@ -189,6 +190,11 @@ fn judge(
     let map_id = header(batch).map(|h| h.0).unwrap_or(-1);
     match shuffle.location(uid, replica) {
         Some(loc) if !loc.committed.load(Ordering::Acquire) => {
+            // A stopping worker takes no more batches, as primary or as
+            // replica: its clients move to other workers before it closes.
+            if state.stopping.load(Ordering::Acquire) {
+                return Verdict::Reply(StatusCode::HardSplit);
+            }
             if replica {
                 return Verdict::Write(loc, false);
             }
@@ -308,7 +314,9 @@ impl Handler<Message> for PushPort {
                     return;
                 }
                 let request = Request::start(Protocol::Celeborn, "push_data");
+                self.state.push_arrived();
                 let verdict = judge(
+                    &self.state,
                     &p.shuffle_key,
                     shuffle.as_ref(),
                     &p.partition_unique_id,
@@ -330,9 +338,7 @@ impl Handler<Message> for PushPort {
                         match written {
                             Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
                             Ok(()) => Ok(Vec::new()),
-                            Err(CelebornError::Sealed(_)) => {
-                                Ok(vec![StatusCode::HardSplit.value()])
-                            }
+                            Err(e) if e.is_split() => Ok(vec![StatusCode::HardSplit.value()]),
                             Err(e) => Err(e),
                         }
                     }
@@ -363,12 +369,22 @@ impl Handler<Message> for PushPort {
                         return;
                     }
                 };
+                self.state.push_arrived();
                 let shuffle = self.state.shuffle(&p.shuffle_key);
                 let mut verdicts: Vec<Verdict> = p
                     .partition_unique_ids
                     .iter()
                     .zip(&batches)
-                    .map(|(uid, b)| judge(&p.shuffle_key, shuffle.as_ref(), uid, replica, b))
+                    .map(|(uid, b)| {
+                        judge(
+                            &self.state,
+                            &p.shuffle_key,
+                            shuffle.as_ref(),
+                            uid,
+                            replica,
+                            b,
+                        )
+                    })
                     .collect();
                 let split_info = shuffle
                     .as_ref()
@@ -427,6 +443,17 @@ impl Handler<Message> for PushPort {
                         let (local, remote) =
                             tokio::join!(local, self.state.replicator.push_merged(&peer, &p));
                         match (local, remote) {
+                            // The replica refused (split or stopping): every
+                            // batch revives; those the primary wrote are read
+                            // once (readers skip repeated batch ids).
+                            (Ok(_), Err(e)) if e.is_split() => Ok(if split_info {
+                                let all: Vec<(i32, StatusCode)> = (0..p.partition_unique_ids.len())
+                                    .map(|i| (i as i32, StatusCode::HardSplit))
+                                    .collect();
+                                merged_split_reply(&all)
+                            } else {
+                                vec![StatusCode::HardSplit.value()]
+                            }),
                             (Ok(_), Err(e)) => Err(e),
                             (local, _) => local,
                         }

@@ -137,9 +137,11 @@ impl Replicator {
                 e.to_string(),
             )),
             // A replica that could not take the batch (its location split or
-            // is gone) fails the push, so the client revives both copies.
+            // is gone, or its worker is stopping): the primary answers
+            // HARD_SPLIT, so the client revives both copies without
+            // counting either worker failed.
             Ok(Ok(body)) if body.first() == Some(&StatusCode::HardSplit.value()) => Err(fail(
-                StatusCode::PushDataWriteFailReplica,
+                StatusCode::HardSplit,
                 peer,
                 "the replica location refused the batch".into(),
             )),

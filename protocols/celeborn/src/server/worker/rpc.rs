@@ -175,6 +175,11 @@ impl WorkerEndpoint {
                 reason,
             }
         };
+        if self.state.stopping.load(Ordering::Acquire) {
+            // The LifecycleManager takes WORKER_SHUTDOWN as "shutting down"
+            // (not a failure) and reserves on another worker.
+            return fail(StatusCode::WorkerShutdown, "the worker is stopping".into());
+        }
         if !self.state.store.is_ready() {
             return fail(
                 StatusCode::NoAvailableWorkingDir,

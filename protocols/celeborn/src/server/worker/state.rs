@@ -55,6 +55,48 @@ pub fn split_shuffle_key(key: &str) -> Option<(&str, i32)> {
     Some((app, shuffle.parse().ok()?))
 }
 
+/// Prefix of the store note that keeps a location live at a graceful stop:
+/// `live/<id>-<epoch>/<p|r>`.
+const LIVE_NOTE: &str = "live/";
+
+fn live_note_name(uid: &str, replica: bool) -> String {
+    format!("{LIVE_NOTE}{uid}/{}", if replica { 'r' } else { 'p' })
+}
+
+/// What a live location needs beyond its blocks: its replica's address and
+/// its shuffle's split settings. Encoded as three lines of text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LiveNote {
+    peer: Option<String>,
+    split_threshold: u64,
+    split_mode: SplitMode,
+}
+
+impl LiveNote {
+    fn encode(&self) -> Vec<u8> {
+        format!(
+            "{}\n{}\n{}",
+            self.peer.as_deref().unwrap_or(""),
+            self.split_threshold,
+            self.split_mode as u8
+        )
+        .into_bytes()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<LiveNote> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut lines = text.split('\n');
+        let peer = lines.next()?;
+        let split_threshold = lines.next()?.parse().ok()?;
+        let split_mode = SplitMode::from_u8(lines.next()?.parse().ok()?);
+        lines.next().is_none().then(|| LiveNote {
+            peer: (!peer.is_empty()).then(|| peer.to_string()),
+            split_threshold,
+            split_mode,
+        })
+    }
+}
+
 /// The store note that keeps a committed map partition's regions:
 /// `map/<id>-<epoch>/<p|r>`.
 pub(crate) fn map_note_name(uid: &str, replica: bool) -> String {
@@ -215,6 +257,15 @@ pub struct WorkerState {
     /// Set while the node decommissions: a master alone places nothing new
     /// on it (existing locations keep working).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Set at a graceful stop ([`WorkerState::drain`]): primaries answer
+    /// every push HARD_SPLIT (not written; the client moves the partition
+    /// to another worker without counting this one failed) and ReserveSlots
+    /// WORKER_SHUTDOWN, so that no client is pushing here when the ports
+    /// close.
+    pub stopping: AtomicBool,
+    /// When the last push arrived, in ms since `started` (drain's clock).
+    last_push_ms: AtomicU64,
+    started: std::time::Instant,
     /// Connections to the workers that hold this worker's replicas.
     pub replicator: super::replicate::Replicator,
 }
@@ -234,6 +285,9 @@ impl WorkerState {
             split_info_apps: dashmap::DashSet::new(),
             secrets: Default::default(),
             draining: Default::default(),
+            stopping: AtomicBool::new(false),
+            last_push_ms: AtomicU64::new(0),
+            started: std::time::Instant::now(),
             replicator,
         });
         let listener: Arc<dyn AppListener> = state.clone();
@@ -242,16 +296,63 @@ impl WorkerState {
         state
     }
 
+    /// Notes that a push arrived (drain waits for them to stop).
+    pub(crate) fn push_arrived(&self) {
+        self.last_push_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The first step of a graceful stop, while the ports still serve:
+    /// primaries refuse pushes with HARD_SPLIT and ReserveSlots with
+    /// WORKER_SHUTDOWN until no push has come for `quiet`, or `max` passed.
+    /// Clients thereby move their partitions to other workers before the
+    /// ports close, instead of failing to connect (which the
+    /// LifecycleManager punishes by excluding the worker for minutes).
+    /// Fetches and commits are served throughout.
+    pub async fn drain(&self, quiet: std::time::Duration, max: std::time::Duration) {
+        if quiet.is_zero() {
+            return;
+        }
+        self.stopping.store(true, Ordering::Release);
+        // A master of its own places nothing more here either.
+        self.draining.store(true, Ordering::Relaxed);
+        self.push_arrived();
+        let begun = std::time::Instant::now();
+        loop {
+            let now = self.started.elapsed().as_millis() as u64;
+            let idle = now.saturating_sub(self.last_push_ms.load(Ordering::Relaxed));
+            if idle >= quiet.as_millis() as u64 || begun.elapsed() >= max {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        tracing::info!(took = ?begun.elapsed(), "celeborn pushes drained");
+    }
+
     /// Rebuilds the committed map partitions (Flink) the store recovered
     /// from their notes: a restarted worker serves their credit streams
     /// again. Reduce partitions need nothing here: their reads go to the
     /// store by partition key.
     fn recover(&self) {
-        let (mut recovered, mut damaged) = (0u64, 0u64);
+        let (mut recovered, mut live_locations, mut damaged) = (0u64, 0u64, 0u64);
         for note in self.store.take_recovered_notes(NAMESPACE) {
             let Some(app) = unscoped_app(NAMESPACE, &note.app) else {
                 continue;
             };
+            if let Some(live) = note.name.strip_prefix(LIVE_NOTE) {
+                if self.recover_live_location(app, note.shuffle, live, &note.value) {
+                    live_locations += 1;
+                } else {
+                    damaged += 1;
+                    tracing::error!(
+                        app,
+                        shuffle = note.shuffle,
+                        note = note.name,
+                        "damaged note not recovered"
+                    );
+                }
+                continue;
+            }
             let parsed = parse_map_note_name(&note.name).and_then(|(id, epoch, replica)| {
                 Some((id, epoch, replica, MapPartition::from_note(&note.value)?))
             });
@@ -275,11 +376,90 @@ impl WorkerState {
             loc.committed.store(true, Ordering::Release);
             recovered += 1;
         }
-        if recovered + damaged > 0 {
+        if recovered + live_locations + damaged > 0 {
             tracing::info!(
                 map_partitions = recovered,
+                live_locations,
                 damaged,
-                "celeborn map partitions recovered"
+                "celeborn locations recovered"
+            );
+        }
+    }
+
+    /// A location that was live (reserved, not committed) at the last
+    /// graceful stop, from its [`LIVE_NOTE`]: it takes pushes again and the
+    /// LifecycleManager's CommitFiles finds it, with the blocks pushed
+    /// before the stop (which the store recorded then).
+    fn recover_live_location(&self, app: &str, shuffle_id: i32, uid: &str, value: &[u8]) -> bool {
+        let Some((uid, mode)) = uid.rsplit_once('/') else {
+            return false;
+        };
+        let replica = match mode {
+            "p" => false,
+            "r" => true,
+            _ => return false,
+        };
+        let (Some((id, epoch)), Some(live)) = (parse_unique_id(uid), LiveNote::decode(value))
+        else {
+            return false;
+        };
+        let Some(shuffle) = self.shuffle_or_create(&format!("{app}-{shuffle_id}")) else {
+            return false;
+        };
+        shuffle.set_modes(live.split_mode, shuffle.partition_type());
+        shuffle
+            .split_threshold
+            .store(live.split_threshold, Ordering::Relaxed);
+        let loc = shuffle.add_location(id, epoch, replica, live.peer);
+        let stats = self.store.partition_stats(&loc.key).unwrap_or_default();
+        loc.bytes.store(stats.received_bytes, Ordering::Relaxed);
+        // Block ids go on after the recovered blocks'.
+        loc.next_block
+            .store(stats.received_blocks as i64, Ordering::Relaxed);
+        true
+    }
+
+    /// Records every live reduce location (reserved, not yet committed) as
+    /// a note, at a graceful stop once no push is in flight, so that the
+    /// restarted worker resumes the running jobs' shuffles. Map partitions
+    /// (Flink) are not kept while uncommitted: their open regions are not
+    /// readable, and Flink reruns the producer.
+    pub async fn record_live_locations(&self) {
+        let mut by_shuffle: HashMap<(String, i32), Vec<(String, Vec<u8>)>> = HashMap::new();
+        for s in self.shuffles.iter() {
+            if s.is_map() {
+                continue;
+            }
+            for entry in s.locations.iter() {
+                let ((uid, replica), loc) = (entry.key(), entry.value());
+                if loc.committed.load(Ordering::Acquire) {
+                    continue;
+                }
+                let note = LiveNote {
+                    peer: loc.peer.read().clone(),
+                    split_threshold: s.split_threshold.load(Ordering::Relaxed),
+                    split_mode: s.split_mode(),
+                };
+                by_shuffle
+                    .entry((s.app.clone(), s.shuffle_id))
+                    .or_default()
+                    .push((live_note_name(uid, *replica), note.encode()));
+            }
+        }
+        let count: usize = by_shuffle.values().map(Vec::len).sum();
+        for ((app, shuffle), notes) in by_shuffle {
+            if let Err(e) = self
+                .store
+                .record_notes(&stored_app(&app), shuffle, notes)
+                .await
+            {
+                tracing::warn!(app, shuffle, error = %e, "live locations not recorded");
+            }
+        }
+        if count > 0 {
+            tracing::info!(
+                locations = count,
+                "live celeborn locations recorded for the restart"
             );
         }
     }
@@ -465,5 +645,32 @@ mod tests {
         assert_eq!(split_shuffle_key("app-x"), None);
         assert_eq!(parse_unique_id("7-2"), Some((7, 2)));
         assert_eq!(parse_unique_id("7"), None);
+    }
+
+    #[test]
+    fn restart_notes_round_trip() {
+        assert_eq!(
+            parse_map_note_name(&map_note_name("3-1", true)),
+            Some((3, 1, true))
+        );
+        assert_eq!(parse_map_note_name("map/3-1/x"), None);
+        assert_eq!(live_note_name("3-1", false), "live/3-1/p");
+        for note in [
+            LiveNote {
+                peer: Some("127.0.0.3:9103".into()),
+                split_threshold: 1 << 30,
+                split_mode: SplitMode::Hard,
+            },
+            LiveNote {
+                peer: None,
+                split_threshold: u64::MAX,
+                split_mode: SplitMode::Soft,
+            },
+        ] {
+            assert_eq!(LiveNote::decode(&note.encode()), Some(note));
+        }
+        assert_eq!(LiveNote::decode(b"peer\nnot a number\n0"), None);
+        assert_eq!(LiveNote::decode(b"peer\n1\n0\nextra"), None);
+        assert_eq!(LiveNote::decode(&[0xff, 0xfe]), None);
     }
 }
