@@ -59,6 +59,9 @@ pub fn split_shuffle_key(key: &str) -> Option<(&str, i32)> {
 /// `live/<id>-<epoch>/<p|r>`.
 const LIVE_NOTE: &str = "live/";
 
+/// A store note: its name and bytes.
+type Note = (String, Vec<u8>);
+
 fn live_note_name(uid: &str, replica: bool) -> String {
     format!("{LIVE_NOTE}{uid}/{}", if replica { 'r' } else { 'p' })
 }
@@ -425,7 +428,7 @@ impl WorkerState {
     /// (Flink) are not kept while uncommitted: their open regions are not
     /// readable, and Flink reruns the producer.
     pub async fn record_live_locations(&self) {
-        let mut by_shuffle: HashMap<(String, i32), Vec<(String, Vec<u8>)>> = HashMap::new();
+        let mut by_shuffle: HashMap<(String, i32), Vec<Note>> = HashMap::new();
         for s in self.shuffles.iter() {
             if s.is_map() {
                 continue;
