@@ -63,7 +63,24 @@ const LIVE_NOTE: &str = "live/";
 type Note = (String, Vec<u8>);
 
 fn live_note_name(uid: &str, replica: bool) -> String {
-    format!("{LIVE_NOTE}{uid}/{}", if replica { 'r' } else { 'p' })
+    location_note_name(LIVE_NOTE, uid, replica)
+}
+
+/// `<prefix><id>-<epoch>/<p|r>`: the name of a note about one location.
+fn location_note_name(prefix: &str, uid: &str, replica: bool) -> String {
+    format!("{prefix}{uid}/{}", if replica { 'r' } else { 'p' })
+}
+
+/// (id, epoch, replica) of a [`location_note_name`] with its prefix taken off.
+fn parse_location_note(rest: &str) -> Option<(i32, i32, bool)> {
+    let (uid, mode) = rest.rsplit_once('/')?;
+    let (id, epoch) = parse_unique_id(uid)?;
+    let replica = match mode {
+        "p" => false,
+        "r" => true,
+        _ => return None,
+    };
+    Some((id, epoch, replica))
 }
 
 /// What a live location needs beyond its blocks: its replica's address and
@@ -102,20 +119,10 @@ impl LiveNote {
 
 /// The store note that keeps a committed map partition's regions:
 /// `map/<id>-<epoch>/<p|r>`.
-pub(crate) fn map_note_name(uid: &str, replica: bool) -> String {
-    format!("map/{uid}/{}", if replica { 'r' } else { 'p' })
-}
+const MAP_NOTE: &str = "map/";
 
-/// (id, epoch, replica) of a [`map_note_name`].
-fn parse_map_note_name(name: &str) -> Option<(i32, i32, bool)> {
-    let (uid, mode) = name.strip_prefix("map/")?.rsplit_once('/')?;
-    let (id, epoch) = parse_unique_id(uid)?;
-    let replica = match mode {
-        "p" => false,
-        "r" => true,
-        _ => return None,
-    };
-    Some((id, epoch, replica))
+pub(crate) fn map_note_name(uid: &str, replica: bool) -> String {
+    location_note_name(MAP_NOTE, uid, replica)
 }
 
 /// Parses `"<id>-<epoch>"`.
@@ -342,24 +349,18 @@ impl WorkerState {
             let Some(app) = unscoped_app(NAMESPACE, &note.app) else {
                 continue;
             };
-            if let Some(live) = note.name.strip_prefix(LIVE_NOTE) {
-                if self.recover_live_location(app, note.shuffle, live, &note.value) {
-                    live_locations += 1;
-                } else {
-                    damaged += 1;
-                    tracing::error!(
-                        app,
-                        shuffle = note.shuffle,
-                        note = note.name,
-                        "damaged note not recovered"
-                    );
-                }
-                continue;
-            }
-            let parsed = parse_map_note_name(&note.name).and_then(|(id, epoch, replica)| {
-                Some((id, epoch, replica, MapPartition::from_note(&note.value)?))
-            });
-            let Some((id, epoch, replica, map)) = parsed else {
+            let ok = if let Some(rest) = note.name.strip_prefix(LIVE_NOTE) {
+                let done = self.recover_live_location(app, note.shuffle, rest, &note.value);
+                live_locations += u64::from(done);
+                done
+            } else if let Some(rest) = note.name.strip_prefix(MAP_NOTE) {
+                let done = self.recover_map_location(app, note.shuffle, rest, &note.value);
+                recovered += u64::from(done);
+                done
+            } else {
+                false
+            };
+            if !ok {
                 damaged += 1;
                 tracing::error!(
                     app,
@@ -367,17 +368,7 @@ impl WorkerState {
                     note = note.name,
                     "damaged note not recovered"
                 );
-                continue;
-            };
-            let Some(shuffle) = self.shuffle_or_create(&format!("{app}-{}", note.shuffle)) else {
-                continue;
-            };
-            shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
-            let loc = shuffle.add_location(id, epoch, replica, None);
-            loc.next_block.store(map.records_end(), Ordering::Relaxed);
-            *loc.map.lock() = map;
-            loc.committed.store(true, Ordering::Release);
-            recovered += 1;
+            }
         }
         if recovered + live_locations + damaged > 0 {
             tracing::info!(
@@ -389,20 +380,32 @@ impl WorkerState {
         }
     }
 
+    /// A committed map partition (Flink), from its [`MAP_NOTE`]: its regions
+    /// serve credit streams again.
+    fn recover_map_location(&self, app: &str, shuffle_id: i32, rest: &str, value: &[u8]) -> bool {
+        let (Some((id, epoch, replica)), Some(map)) =
+            (parse_location_note(rest), MapPartition::from_note(value))
+        else {
+            return false;
+        };
+        let Some(shuffle) = self.shuffle_or_create(&format!("{app}-{shuffle_id}")) else {
+            return false;
+        };
+        shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
+        let loc = shuffle.add_location(id, epoch, replica, None);
+        loc.next_block.store(map.records_end(), Ordering::Relaxed);
+        *loc.map.lock() = map;
+        loc.committed.store(true, Ordering::Release);
+        true
+    }
+
     /// A location that was live (reserved, not committed) at the last
     /// graceful stop, from its [`LIVE_NOTE`]: it takes pushes again and the
     /// LifecycleManager's CommitFiles finds it, with the blocks pushed
     /// before the stop (which the store recorded then).
-    fn recover_live_location(&self, app: &str, shuffle_id: i32, uid: &str, value: &[u8]) -> bool {
-        let Some((uid, mode)) = uid.rsplit_once('/') else {
-            return false;
-        };
-        let replica = match mode {
-            "p" => false,
-            "r" => true,
-            _ => return false,
-        };
-        let (Some((id, epoch)), Some(live)) = (parse_unique_id(uid), LiveNote::decode(value))
+    fn recover_live_location(&self, app: &str, shuffle_id: i32, rest: &str, value: &[u8]) -> bool {
+        let (Some((id, epoch, replica)), Some(live)) =
+            (parse_location_note(rest), LiveNote::decode(value))
         else {
             return false;
         };
@@ -652,11 +655,12 @@ mod tests {
 
     #[test]
     fn restart_notes_round_trip() {
+        let map = map_note_name("3-1", true);
         assert_eq!(
-            parse_map_note_name(&map_note_name("3-1", true)),
+            parse_location_note(map.strip_prefix(MAP_NOTE).unwrap()),
             Some((3, 1, true))
         );
-        assert_eq!(parse_map_note_name("map/3-1/x"), None);
+        assert_eq!(parse_location_note("3-1/x"), None);
         assert_eq!(live_note_name("3-1", false), "live/3-1/p");
         for note in [
             LiveNote {
