@@ -29,6 +29,8 @@ pub struct WorkerView {
     /// `active`, `decommissioning` or `lost`.
     pub state: &'static str,
     pub admin: String,
+    /// `node.rack`; empty for the default rack.
+    pub rack: String,
     pub uniffle: Option<String>,
     pub celeborn: Option<String>,
     pub memory_capacity: u64,
@@ -109,6 +111,7 @@ impl Directory {
                         "active"
                     },
                     admin: h.admin.clone(),
+                    rack: h.rack.clone(),
                     uniffle: h
                         .uniffle
                         .as_ref()

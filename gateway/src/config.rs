@@ -87,6 +87,25 @@ pub struct NodeConfig {
     /// so the advertised hosts follow. Listen addresses set to anything else
     /// are used as given.
     pub host: Option<IpAddr>,
+    /// This node's rack (Celeborn's network location, e.g. `/dc1/rack7`):
+    /// a driver that asks for rack-aware replicas
+    /// (`spark.celeborn.client.reserveSlots.rackaware.enabled`) gets each
+    /// replica on a rack other than its primary's. Default: none, which
+    /// Celeborn calls `/default-rack`.
+    pub rack: Option<String>,
+}
+
+/// The rack of a node without `node.rack`, as Celeborn names it.
+pub const DEFAULT_RACK: &str = "/default-rack";
+
+/// A rack is 1 to 128 printable ASCII characters without spaces.
+pub fn check_rack(rack: &str) -> Result<(), String> {
+    if rack.is_empty() || rack.len() > 128 || !rack.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "node.rack {rack:?} must be 1 to 128 printable ASCII characters without spaces"
+        ));
+    }
+    Ok(())
 }
 
 /// Longest node id accepted.
@@ -339,6 +358,9 @@ impl GatewayConfig {
         if let Some(id) = &self.node.id {
             check_node_id(id)
                 .map_err(|e| anyhow::anyhow!("node.id (config file or {ENV_NODE_ID}): {e}"))?;
+        }
+        if let Some(rack) = &self.node.rack {
+            check_rack(rack).map_err(|e| anyhow::anyhow!(e))?;
         }
         EnvFilter::try_new(&self.log.level).map_err(|e| {
             anyhow::anyhow!(
@@ -843,6 +865,9 @@ mod tests {
         }
         assert!(check_node_id(&"x".repeat(MAX_NODE_ID_LEN)).is_ok());
         assert!(check_node_id("").is_err());
+        assert!(check_rack("/dc1/rack-7").is_ok());
+        assert!(check_rack("").is_err());
+        assert!(check_rack("/rack 7").is_err());
     }
 
     #[test]

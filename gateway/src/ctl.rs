@@ -125,6 +125,10 @@ fn render_nodes(c: &Value) -> String {
         rows.push(vec![
             text(&w["node_id"]),
             text(&w["state"]),
+            match w["rack"].as_str() {
+                Some(r) if !r.is_empty() => r.to_string(),
+                _ => "-".into(),
+            },
             if w["healthy"].as_bool() == Some(false) {
                 "NO".into()
             } else {
@@ -148,6 +152,7 @@ fn render_nodes(c: &Value) -> String {
         &[
             "NODE",
             "STATE",
+            "RACK",
             "HEALTHY",
             "ADMIN",
             "UNIFFLE",

@@ -84,6 +84,11 @@ impl Fleet for CelebornFleet {
                     addr: celeborn_addr(w.celeborn.as_ref()?),
                     free_memory: load.memory_capacity.saturating_sub(load.memory_used),
                     partitions: load.partitions,
+                    rack: if w.rack.is_empty() {
+                        crate::config::DEFAULT_RACK.to_string()
+                    } else {
+                        w.rack.clone()
+                    },
                 })
             })
             .collect()
@@ -126,6 +131,8 @@ impl Fleet for CelebornFleet {
 pub struct NodeWorker {
     pub node_id: String,
     pub admin: String,
+    /// `node.rack`, empty when unset.
+    pub rack: String,
     pub store: Arc<Store>,
     pub uniffle: Option<(UniffleAddrs, Vec<String>)>,
     pub celeborn: Option<Arc<WorkerState>>,
@@ -182,6 +189,7 @@ impl LocalWorker for NodeWorker {
             }),
             celeborn_apps,
             admin: self.admin.clone(),
+            rack: self.rack.clone(),
         }
     }
 

@@ -236,6 +236,7 @@ pub async fn serve(
                 }
                 _ => admin_addr.to_string(),
             },
+            rack: config.node.rack.clone().unwrap_or_default(),
             store: store.clone(),
             uniffle: uniffle.as_ref().map(|u| (u.addrs.clone(), u.tags.clone())),
             celeborn: celeborn.as_ref().map(|c| c.worker.clone()),

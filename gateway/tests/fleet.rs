@@ -107,6 +107,8 @@ fn three_nodes_serve_as_one_fleet() {
         ClusterOptions {
             memory: "128MiB".into(),
             coordinators: vec![1, 2],
+            // Nodes 1 and 2 share a rack, node 3 is alone on another.
+            racks: vec!["/dc/r1".into(), "/dc/r1".into(), "/dc/r2".into()],
             ..ClusterOptions::default()
         },
     );
@@ -196,6 +198,79 @@ fn three_nodes_serve_as_one_fleet() {
         "replicated 24 MiB but the nodes stored {stored} B"
     );
 
+    // Rack-aware replicas: every partition has one copy on the other rack,
+    // so node 3, alone on /dc/r2, holds a copy of each (the bench checks
+    // the racks of the reply too).
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--app",
+        "fleet-celeborn-rack",
+        "--size",
+        "24MiB",
+        "--mappers",
+        "3",
+        "--partitions",
+        "12",
+        "--replicate",
+        "--rack-aware",
+    ]);
+    let on_3 = written(cluster.node(3), "celeborn", "fleet-celeborn-rack");
+    let on_1_2 = written(cluster.node(1), "celeborn", "fleet-celeborn-rack")
+        + written(cluster.node(2), "celeborn", "fleet-celeborn-rack");
+    assert!(
+        on_3 >= 24 << 20 && on_1_2 >= 24 << 20,
+        "rack-aware: node 3 stored {on_3} B, nodes 1 and 2 {on_1_2} B of 24 MiB"
+    );
+
+    // A shuffle with fewer partitions than workers: the reply lists the
+    // others as spares (no locations), which a driver revives onto.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use switchyard_celeborn::client::Connection;
+        use switchyard_celeborn::proto::{MessageType, PbRequestSlots, PbRequestSlotsResponse};
+        use switchyard_celeborn::rpc::endpoint;
+        use switchyard_celeborn::TransportMessage;
+        let conn = Connection::connect(cluster.node(1).celeborn_master())
+            .await
+            .unwrap();
+        let reply = conn
+            .ask(
+                endpoint::MASTER,
+                TransportMessage::new(
+                    MessageType::RequestSlots,
+                    &PbRequestSlots {
+                        application_id: "fleet-spares".into(),
+                        partition_id_list: vec![0],
+                        should_replicate: true,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+        let slots: PbRequestSlotsResponse = reply.decode_payload().unwrap();
+        assert_eq!(slots.status, 0);
+        assert_eq!(slots.worker_resource.len(), 3, "{slots:?}");
+        let spares: Vec<_> = slots
+            .worker_resource
+            .values()
+            .filter(|r| r.primary_partitions.is_empty() && r.replica_partitions.is_empty())
+            .collect();
+        assert_eq!(
+            spares.len(),
+            1,
+            "one primary, one replica, one spare: {slots:?}"
+        );
+        let racks: std::collections::BTreeSet<_> = slots
+            .worker_resource
+            .values()
+            .map(|r| r.network_location.as_str())
+            .collect();
+        assert_eq!(racks.into_iter().collect::<Vec<_>>(), ["/dc/r1", "/dc/r2"]);
+    });
+
     // Uniffle through node 2's coordinator, both transports.
     let coordinator = cluster.node(2).uniffle_coordinator().to_string();
     for (app, transport) in [
@@ -253,7 +328,6 @@ fn three_nodes_serve_as_one_fleet() {
     );
 
     // A heartbeat without the secret, or with a wrong one, is refused.
-    let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut client = ClusterClient::connect("http://127.0.0.2:19980")
             .await

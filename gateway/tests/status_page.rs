@@ -282,6 +282,11 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
         browser.script("return document.getElementById('ready').textContent"),
         json!("ready")
     );
+    // A node that coordinates no fleet has no Fleet table.
+    assert_eq!(
+        browser.script("return document.getElementById('fleet-section').hidden"),
+        json!(true)
+    );
 
     // The throughput chart: the sampler runs every 5 s; after the bench the
     // Celeborn lines have risen above zero.
@@ -299,6 +304,85 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
     }
 
     // No console errors (a failed fetch, a CSP refusal, a script error).
+    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
+    let errors: Vec<&Value> = logs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}
+
+#[test]
+fn status_page_lists_the_fleet_on_a_coordinator() {
+    if std::env::var("SWITCHYARD_SKIP_BROWSER").is_ok_and(|v| v == "1") {
+        eprintln!(
+            "SKIPPED: SWITCHYARD_SKIP_BROWSER=1 (.ci/test runs this test in a step of its own)"
+        );
+        return;
+    }
+    let (Some(chromedriver), Some(chromium)) = (
+        tool("SWITCHYARD_CHROMEDRIVER", "chromedriver"),
+        tool("SWITCHYARD_CHROMIUM", "chromium"),
+    ) else {
+        eprintln!("SKIPPED: no chromium and chromedriver (apt-get install chromium chromium-driver, or .ci/install-chromium)");
+        return;
+    };
+    let mut cluster = Cluster::start_with(
+        2,
+        ClusterOptions {
+            memory: "64MiB".into(),
+            coordinators: vec![1],
+            warmup: "1s".into(),
+            ..ClusterOptions::default()
+        },
+    );
+    let ids: Vec<String> = (1..=2)
+        .map(|i| {
+            cluster.node(i).status()["node"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let browser = Browser::start(&chromedriver, &chromium);
+    let url = format!("http://{}/", cluster.node(1).admin());
+    browser.session("POST", "/url", Some(json!({ "url": url })));
+    let rows = |want: &str| {
+        format!(
+            "const rows = Array.from(document.querySelectorAll('#fleet tr[data-node]')); \
+             const states = rows.map(r => r.dataset.node + '=' + r.dataset.state).sort(); \
+             return !document.getElementById('fleet-section').hidden && states.join(',') === '{want}' && states"
+        )
+    };
+    let mut sorted = ids.clone();
+    sorted.sort();
+    let active = sorted
+        .iter()
+        .map(|id| format!("{id}=active"))
+        .collect::<Vec<_>>()
+        .join(",");
+    browser.wait_for("both workers active in the Fleet table", &rows(&active));
+    // Node 2's admin link points at its own page.
+    let link = browser.script(&format!(
+        "return document.querySelector('#fleet tr[data-node=\"{}\"] a').getAttribute('href')",
+        ids[1]
+    ));
+    assert_eq!(link, json!(format!("http://{}/", cluster.node(2).admin())));
+
+    // Killed, node 2 turns lost once its heartbeats stop for worker_timeout.
+    cluster.kill(2);
+    let lost = sorted
+        .iter()
+        .map(|id| {
+            let state = if *id == ids[1] { "lost" } else { "active" };
+            format!("{id}={state}")
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    browser.wait_for("node 2 lost in the Fleet table", &rows(&lost));
+
     let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
     let errors: Vec<&Value> = logs
         .as_array()

@@ -89,6 +89,8 @@ struct StatusBody<'a> {
     version: &'static str,
     uptime_seconds: u64,
     node: &'a NodeStatus,
+    /// Whether this node coordinates a fleet (`/api/v1/cluster` answers).
+    fleet_coordinator: bool,
     /// `active`, or `decommissioning` and since when.
     decommission: crate::decommission::DecommissionStatus,
     storage: StoreStatus,
@@ -99,6 +101,7 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
         version: VERSION,
         uptime_seconds: state.started.elapsed().as_secs(),
         node: &state.node,
+        fleet_coordinator: state.directory.is_some(),
         decommission: state.decommission.status(),
         storage: state.store.status(),
     })

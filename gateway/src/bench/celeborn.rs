@@ -56,6 +56,11 @@ pub struct CelebornBenchArgs {
     /// reader does once the primary's worker is gone.
     #[arg(long, requires = "replicate")]
     pub read_replicas: bool,
+    /// With `--replicate`: ask for rack-aware replicas
+    /// (`reserveSlots.rackaware.enabled`) and check that every replica is on
+    /// another rack than its primary.
+    #[arg(long, requires = "replicate")]
+    pub rack_aware: bool,
 }
 
 pub(super) fn histogram() -> Histogram<u64> {
@@ -149,6 +154,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                     shuffle_id: 0,
                     partition_id_list: (0..args.partitions).collect(),
                     should_replicate: args.replicate,
+                    should_rack_aware: args.rack_aware,
                     packed: false,
                     available_storage_types: 2,
                     max_workers: 10_000,
@@ -162,7 +168,16 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
     // partition → worker id, of the primary and of the replica
     let mut owner: HashMap<i32, String> = HashMap::new();
     let mut replica_owner: HashMap<i32, String> = HashMap::new();
+    let rack_of: HashMap<&String, &str> = slots
+        .worker_resource
+        .iter()
+        .map(|(w, res)| (w, res.network_location.as_str()))
+        .collect();
     for (worker, res) in &slots.worker_resource {
+        // Spares (no locations) are for revive; a driver reserves nothing there.
+        if res.primary_partitions.is_empty() && res.replica_partitions.is_empty() {
+            continue;
+        }
         let rpc = Connection::connect(worker_addr(worker, 0)?).await?;
         ensure!(
             rpc.verify(endpoint::WORKER).await?,
@@ -211,6 +226,18 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                 .count(),
             args.partitions
         );
+    }
+    if args.rack_aware {
+        let same = replica_owner
+            .iter()
+            .filter(|(p, w)| rack_of[&owner[*p]] == rack_of[*w])
+            .count();
+        ensure!(
+            same == 0,
+            "rack-aware replicas asked: {same} of {} replicas share their primary's rack",
+            args.partitions
+        );
+        println!("racks: every replica on another rack than its primary");
     }
     ensure!(
         owner.len() == args.partitions as usize,

@@ -130,6 +130,10 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
     ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
     let mut owner = vec![String::new(); args.mappers];
     for (worker, res) in &slots.worker_resource {
+        // Spares (no locations) are for revive; a driver reserves nothing there.
+        if res.primary_partitions.is_empty() && res.replica_partitions.is_empty() {
+            continue;
+        }
         let rpc = Connection::connect(worker_addr(worker, 0)?).await?;
         let r = rpc
             .ask(

@@ -118,6 +118,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         keep_app: false,
         replicate: false,
         read_replicas: false,
+        rack_aware: false,
     });
     let uniffle = super::uniffle::run(UniffleBenchArgs {
         coordinator: args.uniffle_coordinator.clone(),

@@ -72,6 +72,8 @@ pub struct ClusterOptions {
     pub coordinators: Vec<usize>,
     /// `cluster.warmup` of fleet coordinators.
     pub warmup: String,
+    /// `node.rack` of node i+1 (none past the end of the list).
+    pub racks: Vec<String>,
 }
 
 /// The cluster secret of fixture fleets.
@@ -84,6 +86,7 @@ impl Default for ClusterOptions {
             log_level: "info".into(),
             extra_toml: String::new(),
             coordinators: Vec::new(),
+            racks: Vec::new(),
             warmup: "2s".into(),
         }
     }
@@ -416,6 +419,7 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
         !data.contains(['"', '\\']),
         "data path {data:?} needs TOML escaping"
     );
+    let index = ip.octets()[3] as usize - 1;
     let mut fleet = String::new();
     if !options.coordinators.is_empty() {
         let list: Vec<String> = options
@@ -423,7 +427,6 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
             .iter()
             .map(|&i| format!("\"127.0.0.{}:19980\"", i + 1))
             .collect();
-        let index = ip.octets()[3] as usize - 1;
         let roles = if options.coordinators.contains(&index) {
             "[\"coordinator\", \"worker\"]"
         } else {
@@ -437,8 +440,12 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
             options.warmup
         );
     }
+    let rack = match options.racks.get(index - 1) {
+        Some(r) => format!("rack = \"{r}\"\n"),
+        None => String::new(),
+    };
     format!(
-        "[node]\nhost = \"{ip}\"\n\n\
+        "[node]\nhost = \"{ip}\"\n{rack}\n\
          [log]\nlevel = \"{}\"\n\n\
          [storage.memory]\ncapacity = \"{}\"\n\n\
          [storage.disks]\ndirs = [\"{data}\"]\nmin_free = \"16MiB\"\n\n{fleet}{}",

@@ -1,5 +1,6 @@
 // Switchyard's status page: polls this node's /api/v1/status and
-// /api/v1/throughput and draws them. No libraries, nothing from elsewhere.
+// /api/v1/throughput (and, on a fleet coordinator, /api/v1/cluster) and
+// draws them. No libraries, nothing from elsewhere.
 "use strict";
 
 const POLL_MS = 2000;
@@ -104,6 +105,30 @@ function renderStatus(s) {
   fill(document.querySelector("#apps tbody"), rows);
 }
 
+// The fleet as this coordinator sees it; null on a node that coordinates
+// no fleet, which hides the section.
+function renderFleet(c) {
+  const section = document.getElementById("fleet-section");
+  section.hidden = !c;
+  if (!c) return;
+  document.getElementById("fleet-note").textContent =
+    `(as coordinator ${c.coordinator} sees it${c.warming ? ", warming up" : ""})`;
+  const workers = c.workers.slice().sort((a, b) => a.node_id.localeCompare(b.node_id));
+  const rows = workers.map((w) => {
+    const admin = el("a", { href: `http://${w.admin}/` }, w.admin);
+    return el("tr", { "data-node": w.node_id, "data-state": w.state },
+      cell(w.node_id), cell(w.state, "state-" + w.state),
+      cell(w.healthy ? "healthy" : "unhealthy", w.healthy ? "health-healthy" : "health-faulted"),
+      cell(`${bytes(w.memory_used)} of ${bytes(w.memory_capacity)}`, "num"),
+      cell(bytes(w.disk_free), "num"), cell(w.partitions, "num"),
+      cell(duration(w.last_heartbeat_ms_ago / 1000) + " ago", "num"), el("td", {}, admin));
+  });
+  if (rows.length === 0) {
+    rows.push(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no worker heartbeats yet")));
+  }
+  fill(document.querySelector("#fleet tbody"), rows);
+}
+
 function renderThroughput(h) {
   const svg = document.getElementById("throughput");
   const ns = "http://www.w3.org/2000/svg";
@@ -156,8 +181,12 @@ async function poll() {
       fetch("/api/v1/status").then((r) => { if (!r.ok) throw new Error(`status: HTTP ${r.status}`); return r.json(); }),
       fetch("/api/v1/throughput").then((r) => { if (!r.ok) throw new Error(`throughput: HTTP ${r.status}`); return r.json(); }),
     ]);
+    const cluster = status.fleet_coordinator
+      ? await fetch("/api/v1/cluster").then((r) => { if (!r.ok) throw new Error(`cluster: HTTP ${r.status}`); return r.json(); })
+      : null;
     renderStatus(status);
     renderThroughput(throughput);
+    renderFleet(cluster);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     error.hidden = true;
     document.body.dataset.loaded = "true";

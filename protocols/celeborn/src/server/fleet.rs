@@ -16,6 +16,8 @@ pub struct Candidate {
     pub free_memory: u64,
     /// Partitions it already holds.
     pub partitions: u64,
+    /// Its rack (Celeborn's network location), `/default-rack` unless set.
+    pub rack: String,
 }
 
 pub trait Fleet: Send + Sync + 'static {
@@ -56,6 +58,7 @@ impl Fleet for Alone {
             addr: self.0.addr.clone(),
             free_memory: b.capacity().saturating_sub(b.used()),
             partitions: 0,
+            rack: DEFAULT_RACK.into(),
         }]
     }
 
@@ -72,15 +75,31 @@ pub struct Slots {
     pub replicas: Vec<i32>,
 }
 
+/// The rack of a worker that names none, as Celeborn calls it.
+pub const DEFAULT_RACK: &str = "/default-rack";
+
+/// Workers a slot reply lists at least (chosen plus spares), as the JVM
+/// master's `celeborn.master.slot.assign.minWorkers` (0.6.0+) does.
+const MIN_WORKERS: usize = 100;
+/// Spares a slot reply lists at least when there are unchosen workers
+/// (`celeborn.master.slot.assign.extraSlots`).
+const EXTRA_WORKERS: usize = 2;
+
 /// Spreads `partitions` over `workers`, least loaded first (fewest
 /// partitions held, then most free memory), round-robin so every worker
 /// gets its share. With `replicate` and two or more workers, each
 /// partition's replica goes to the next worker in that order, never to its
-/// primary's. Returns the workers with their slots, in placement order.
+/// primary's; with `rack_aware` too, on another rack than the primary's
+/// where one has workers (else on any other worker, as the JVM master falls
+/// back). Returns the workers with their slots, in placement order,
+/// followed by spares with empty slots: a Celeborn driver revives a
+/// partition only onto workers of its shuffle's slot reply, so a shuffle
+/// with fewer partitions than workers needs spares to survive a worker.
 pub fn place(
     partitions: &[i32],
     mut workers: Vec<Candidate>,
     replicate: bool,
+    rack_aware: bool,
 ) -> Vec<(WorkerAddr, Slots)> {
     if workers.is_empty() {
         return Vec::new();
@@ -100,15 +119,43 @@ pub fn place(
     let n = workers.len();
     let mut slots: BTreeMap<usize, Slots> = BTreeMap::new();
     for (i, &p) in partitions.iter().enumerate() {
-        slots.entry(i % n).or_default().primaries.push(p);
+        let primary = i % n;
+        slots.entry(primary).or_default().primaries.push(p);
         if replicate && n > 1 {
-            slots.entry((i + 1) % n).or_default().replicas.push(p);
+            let next = |k: usize| (primary + k) % n;
+            let other_rack = (1..n)
+                .map(next)
+                .find(|&j| workers[j].rack != workers[primary].rack);
+            let replica = match other_rack {
+                Some(j) if rack_aware => j,
+                _ => next(1),
+            };
+            slots.entry(replica).or_default().replicas.push(p);
         }
     }
+    let chosen = slots.len();
+    let spares = (n - chosen).min(EXTRA_WORKERS.max(MIN_WORKERS.saturating_sub(chosen)));
+    let unchosen: Vec<usize> = (0..n)
+        .filter(|i| !slots.contains_key(i))
+        .take(spares)
+        .collect();
     slots
         .into_iter()
         .map(|(i, s)| (workers[i].addr.clone(), s))
+        .chain(
+            unchosen
+                .into_iter()
+                .map(|i| (workers[i].addr.clone(), Slots::default())),
+        )
         .collect()
+}
+
+/// The rack of the worker `unique_id` among `workers`.
+pub fn rack_of<'a>(workers: &'a [Candidate], unique_id: &str) -> &'a str {
+    workers
+        .iter()
+        .find(|w| w.addr.unique_id() == unique_id)
+        .map_or(DEFAULT_RACK, |w| w.rack.as_str())
 }
 
 #[cfg(test)]
@@ -126,7 +173,13 @@ mod tests {
             },
             free_memory: free,
             partitions,
+            rack: DEFAULT_RACK.into(),
         }
+    }
+
+    fn on(rack: &str, mut c: Candidate) -> Candidate {
+        c.rack = rack.into();
+        c
     }
 
     #[test]
@@ -135,6 +188,7 @@ mod tests {
         let placed = place(
             &ids,
             vec![w("a", 10, 5), w("b", 10, 0), w("c", 99, 0)],
+            false,
             false,
         );
         let hosts: Vec<_> = placed.iter().map(|(a, _)| a.host.as_str()).collect();
@@ -150,7 +204,7 @@ mod tests {
     #[test]
     fn replicas_never_share_a_worker_with_their_primary() {
         let ids: Vec<i32> = (0..10).collect();
-        let placed = place(&ids, vec![w("a", 1, 0), w("b", 1, 0)], true);
+        let placed = place(&ids, vec![w("a", 1, 0), w("b", 1, 0)], true, false);
         for p in &ids {
             let primary = placed
                 .iter()
@@ -160,8 +214,76 @@ mod tests {
             assert_ne!(primary.0, replica.0, "partition {p}");
         }
         // One worker: no replicas at all.
-        let alone = place(&ids, vec![w("a", 1, 0)], true);
+        let alone = place(&ids, vec![w("a", 1, 0)], true, false);
         assert!(alone[0].1.replicas.is_empty());
-        assert!(place(&ids, Vec::new(), false).is_empty());
+        assert!(place(&ids, Vec::new(), false, false).is_empty());
+    }
+
+    #[test]
+    fn workers_left_without_partitions_come_back_as_spares() {
+        let placed = place(
+            &[7],
+            vec![w("a", 1, 3), w("b", 1, 0), w("c", 1, 1)],
+            true,
+            false,
+        );
+        let hosts: Vec<_> = placed.iter().map(|(a, _)| a.host.as_str()).collect();
+        assert_eq!(hosts, ["b", "c", "a"]);
+        assert_eq!(placed[0].1.primaries, [7]);
+        assert_eq!(placed[1].1.replicas, [7]);
+        assert_eq!(placed[2].1, Slots::default());
+        // Past the minimum of 100 listed workers, two spares at most.
+        let many: Vec<_> = (0..150).map(|i| w(&format!("h{i:03}"), 1, 0)).collect();
+        let ids: Vec<i32> = (0..120).collect();
+        let placed = place(&ids, many, false, false);
+        assert_eq!(placed.len(), 122);
+        assert_eq!(
+            placed
+                .iter()
+                .filter(|(_, s)| s.primaries.is_empty())
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn rack_aware_replicas_go_to_another_rack() {
+        let ids: Vec<i32> = (0..12).collect();
+        let workers = || {
+            vec![
+                on("/r1", w("a", 1, 0)),
+                on("/r1", w("b", 1, 0)),
+                on("/r2", w("c", 1, 0)),
+            ]
+        };
+        let placed = place(&ids, workers(), true, true);
+        let rack = |host: &str| if host == "c" { "/r2" } else { "/r1" };
+        for p in &ids {
+            let primary = placed
+                .iter()
+                .find(|(_, s)| s.primaries.contains(p))
+                .unwrap();
+            let replica = placed.iter().find(|(_, s)| s.replicas.contains(p)).unwrap();
+            assert_ne!(
+                rack(&primary.0.host),
+                rack(&replica.0.host),
+                "partition {p}"
+            );
+        }
+        // Every partition has one copy on the only worker of rack /r2.
+        let c = placed.iter().find(|(a, _)| a.host == "c").unwrap();
+        assert_eq!(c.1.primaries.len() + c.1.replicas.len(), 12);
+        // Without rack awareness some replicas share /r1 with their primary.
+        let plain = place(&ids, workers(), true, false);
+        let c = plain.iter().find(|(a, _)| a.host == "c").unwrap();
+        assert!(c.1.primaries.len() + c.1.replicas.len() < 12);
+        // One rack only: the replica still goes to another worker.
+        let one = place(&ids, vec![w("a", 1, 0), w("b", 1, 0)], true, true);
+        for p in &ids {
+            let primary = one.iter().find(|(_, s)| s.primaries.contains(p)).unwrap();
+            let replica = one.iter().find(|(_, s)| s.replicas.contains(p)).unwrap();
+            assert_ne!(primary.0, replica.0);
+        }
+        assert_eq!(rack_of(&workers(), &workers()[2].addr.unique_id()), "/r2");
     }
 }

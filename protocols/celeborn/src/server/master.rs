@@ -190,7 +190,12 @@ impl MasterEndpoint {
         if r.should_replicate && candidates.len() < 2 {
             tracing::warn!(app = %r.application_id, workers = candidates.len(), "replication asked, but fewer than two workers take partitions: primaries only");
         }
-        let placed = place(&r.partition_id_list, candidates, r.should_replicate);
+        let placed = place(
+            &r.partition_id_list,
+            candidates.clone(),
+            r.should_replicate,
+            r.should_rack_aware,
+        );
         if placed.is_empty() {
             tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, "no slots: no worker takes partitions");
             return PbRequestSlotsResponse {
@@ -248,7 +253,11 @@ impl MasterEndpoint {
             loc
         };
         let location = linked;
-        let workers = placed.len();
+        let workers = placed
+            .iter()
+            .filter(|(_, s)| !s.primaries.is_empty() || !s.replicas.is_empty())
+            .count();
+        let spares = placed.len() - workers;
         let worker_resource = placed
             .into_iter()
             .map(|(a, slots)| {
@@ -267,12 +276,14 @@ impl MasterEndpoint {
                     PbWorkerResource {
                         primary_partitions,
                         replica_partitions,
-                        network_location: String::new(),
+                        // A driver's revive keeps replicas rack-aware with it.
+                        network_location: super::fleet::rack_of(&candidates, &a.unique_id())
+                            .to_string(),
                     },
                 )
             })
             .collect();
-        tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, "slots assigned");
+        tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, spares, "slots assigned");
         PbRequestSlotsResponse {
             status: StatusCode::Success.as_i32(),
             // Field 2, the unpacked form, is what every client version reads.

@@ -232,6 +232,69 @@ class FleetJobsTest {
   }
 
   /**
+   * A replicated Celeborn shuffle with a single reduce partition has its primary and its replica
+   * on two of the three nodes; the third is only a spare in the master's slot reply. One of the
+   * two is killed during the map stage: the driver revives onto a new pair from the workers of
+   * that reply, which without the spare is one worker, too few for a replicated revive (the
+   * pushes fail with SLOT_NOT_AVAILABLE and so does the job). With it, the result equals vanilla.
+   */
+  @Test
+  void celebornRevivesOntoASpareWorker() throws Exception {
+    long records = Long.getLong("switchyard.fleet.records", 1_000_000L) / 2;
+    String writer = SparkHarness.celebornWriters().get(0);
+    SparkHarness.Timed<List<Jobs.PartitionDigest>> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-fleet-spare", "local[2]"), spark -> Jobs.largeShuffle(spark, records, 1));
+    try (SwitchyardCluster cluster = SwitchyardCluster.start("fleet-spare", 3, "256MiB", FLEET_TOML)) {
+      waitForWorkers(cluster, 3);
+      String masters = String.join(",",
+          cluster.celebornMasterEndpoint(1), cluster.celebornMasterEndpoint(2), cluster.celebornMasterEndpoint(3));
+      SparkConf conf = SparkHarness.withCeleborn(SparkHarness.baseConf("fleet-spare", "local[2]"), masters, writer)
+          .set("spark.celeborn.client.push.replicate.enabled", "true")
+          .set("spark.celeborn.data.io.maxRetries", "1")
+          .set("spark.celeborn.data.io.retryWait", "1s")
+          .set("spark.celeborn.client.fetch.excludeWorkerOnFailure.enabled", "true");
+      final int[] killed = {0};
+      final int[] holders = {0};
+      MapStageTrigger trigger = new MapStageTrigger(Jobs.LARGE_MAPS / 3, () -> {
+        try {
+          // The driver's master is node 1; kill a holder of the partition that is not node 1.
+          for (int i = 1; i <= 3; i++) {
+            if (written(cluster, i, "celeborn") > 0) {
+              holders[0]++;
+              if (i != 1) {
+                killed[0] = i;
+              }
+            }
+          }
+          System.out.printf("[suite] fleet: %d nodes hold the one partition; killing node %d%n", holders[0], killed[0]);
+          if (killed[0] != 0) {
+            cluster.kill(killed[0]);
+          }
+        } catch (Exception e) {
+          throw new RuntimeException(e);
+        }
+      });
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> run = SparkHarness.runApp(conf, spark -> {
+        spark.sparkContext().addSparkListener(trigger);
+        return Jobs.largeShuffle(spark, records, 1);
+      });
+      if (!trigger.fired.get()) {
+        throw new AssertionError("the map stage ended before a node was killed");
+      }
+      trigger.thread.join();
+      if (holders[0] != 2 || killed[0] == 0) {
+        throw new AssertionError("expected the partition on exactly two nodes, found " + holders[0]);
+      }
+      Compare.sameList("fleet: single-partition replicated celeborn, a holder killed during the map stage",
+          vanilla.value(), run.value());
+      String line = String.format("fleet celeborn-replicated revive-to-spare %6d ms, wrote %s, failed tasks %d",
+          run.jobMillis(), SparkHarness.mb(run.shuffleBytesWritten()), trigger.failedTasks.get());
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line);
+    }
+  }
+
+  /**
    * Uniffle with two replicas per block (written to both, read from one), node 3 killed between
    * the job that wrote the shuffle and the one that reads it again: the readers fall back to the
    * surviving replica. The result equals vanilla.

@@ -387,11 +387,17 @@ public final class Jobs {
    * Random payloads do not compress, so the shuffle carries about 110 bytes per record.
    */
   public static List<PartitionDigest> largeShuffle(SparkSession spark, long records) {
+    return largeShuffle(spark, records, LARGE_PARTITIONS);
+  }
+
+  /** The large job's records hash-partitioned into {@code partitions} reduce partitions. */
+  public static List<PartitionDigest> largeShuffle(SparkSession spark, long records, int partitions) {
     final long perMap = (records + LARGE_MAPS - 1) / LARGE_MAPS;
     return digestShuffle(
         spark,
         "large job",
         records,
+        partitions,
         p -> new RecordGenerator(SEED * 43 + p, Math.max(0, Math.min(perMap, records - p * perMap)), 0));
   }
 
@@ -425,12 +431,13 @@ public final class Jobs {
       SparkSession spark,
       String name,
       long records,
+      int partitions,
       org.apache.spark.api.java.function.PairFlatMapFunction<Integer, Long, byte[]> generator) {
     return digests(
         jsc(spark)
             .parallelize(range(LARGE_MAPS), LARGE_MAPS)
             .flatMapToPair(generator)
-            .partitionBy(new HashPartitioner(LARGE_PARTITIONS)),
+            .partitionBy(new HashPartitioner(partitions)),
         name,
         records);
   }
@@ -505,6 +512,7 @@ public final class Jobs {
         spark,
         "skewed job",
         records,
+        LARGE_PARTITIONS,
         p ->
             new RecordGenerator(
                 SEED * 47 + p, Math.max(0, Math.min(perMap, records - p * perMap)), hotFraction));
