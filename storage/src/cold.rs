@@ -24,7 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use opendal::layers::{ConcurrentLimitLayer, MetricsLayer, RetryLayer, TimeoutLayer};
+use opendal::layers::{
+    ConcurrentLimitLayer, MetricsLayer, RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer,
+};
 use opendal::{Buffer, Operator};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -108,17 +110,84 @@ pub(crate) struct ColdTier {
     /// Read-aheads skipped because the read budget was spent.
     readahead_skipped: AtomicU64,
     pub(crate) huge_partition_threshold: u64,
-    /// When the last cold write failed; cleared by a successful one.
-    failed_at: parking_lot::Mutex<Option<Instant>>,
-    error_cooldown: Duration,
+    /// Whether cold writes fail lately (shared with the retry layer).
+    health: Arc<ColdHealth>,
     /// The store's read budget (KiB permits): a read-ahead holds its window
     /// from it while in flight, and is skipped when it does not fit.
     read_budget: Arc<Semaphore>,
 }
 
+/// Longest backoff between two tries of a cold request. OpenDAL's own
+/// default (60 s) would hold a huge partition's flush, and with it the
+/// writers of that partition, for minutes of an outage; short waits end the
+/// tries soon, and the flush goes to a disk.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
+
+/// Whether cold writes failed lately. The tier and its retry layer share
+/// it: the first write that has to be retried marks the tier failing, so
+/// other huge partitions spill to disks while that write still tries.
+pub(crate) struct ColdHealth {
+    service: &'static str,
+    /// When a cold write last failed; cleared by a successful one.
+    failed_at: parking_lot::Mutex<Option<Instant>>,
+    cooldown: Duration,
+}
+
+impl ColdHealth {
+    fn new(config: &ColdConfig) -> Self {
+        ColdHealth {
+            service: config.backend.service(),
+            failed_at: parking_lot::Mutex::new(None),
+            cooldown: config.error_cooldown,
+        }
+    }
+
+    fn is_failing(&self) -> bool {
+        self.failed_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.cooldown)
+    }
+
+    fn record_failure(&self) {
+        let was = self.failed_at.lock().replace(Instant::now());
+        if was.is_none() {
+            tracing::warn!(service = self.service, cooldown = ?self.cooldown, "cold writes fail; huge partitions spill to disks meanwhile");
+        }
+    }
+
+    fn record_success(&self) {
+        if self.failed_at.lock().take().is_some() {
+            tracing::info!(service = self.service, "cold writes succeed again");
+        }
+    }
+}
+
+/// Logs each retried cold request in one line (OpenDAL's default logs the
+/// error's backtrace), and marks the tier failing when a write is retried.
+struct RetryLog {
+    service: &'static str,
+    health: Option<Arc<ColdHealth>>,
+}
+
+impl RetryInterceptor for RetryLog {
+    fn intercept(&self, e: RetryEvent<'_>) {
+        tracing::warn!(service = self.service, op = %e.op, attempt = e.attempt, retry_after = ?e.retry_after, error = %e.err, "cold request failed; retrying");
+        metrics::counter!("switchyard_cold_retries_total", "op" => e.op.into_static()).increment(1);
+        if e.op == opendal::raw::Operation::Write {
+            if let Some(h) = &self.health {
+                h.record_failure();
+            }
+        }
+    }
+}
+
 /// The operator the cold tier uses, layers included: what benchmarks and
 /// checks read the tier's objects with directly.
 pub fn cold_operator(config: &ColdConfig) -> Result<Operator> {
+    layered(config, None)
+}
+
+fn layered(config: &ColdConfig, health: Option<Arc<ColdHealth>>) -> Result<Operator> {
     config.validate().map_err(StorageError::Config)?;
     // Innermost first: metrics and the concurrency limit see each attempt
     // (a retry's backoff holds no permit); the timeout bounds an attempt;
@@ -134,7 +203,12 @@ pub fn cold_operator(config: &ColdConfig) -> Result<Operator> {
         .layer(
             RetryLayer::new()
                 .with_jitter()
-                .with_max_times(config.retries),
+                .with_max_delay(MAX_RETRY_DELAY)
+                .with_max_times(config.retries)
+                .with_notify(RetryLog {
+                    service: config.backend.service(),
+                    health,
+                }),
         ))
 }
 
@@ -185,7 +259,8 @@ fn operator(backend: &ColdBackend) -> Result<Operator> {
 
 impl ColdTier {
     pub(crate) fn open(config: &ColdConfig, read_budget: Arc<Semaphore>) -> Result<Arc<Self>> {
-        let op = cold_operator(config)?;
+        let health = Arc::new(ColdHealth::new(config));
+        let op = layered(config, Some(health.clone()))?;
         let window = config.readahead.as_u64();
         let cache = (config.read_cache.as_u64() > 0 && window > 0).then(|| ReadCache {
             windows: moka::future::Cache::builder()
@@ -216,8 +291,7 @@ impl ColdTier {
             write_errors: AtomicU64::new(0),
             readahead_skipped: AtomicU64::new(0),
             huge_partition_threshold: config.huge_partition_threshold.as_u64(),
-            failed_at: parking_lot::Mutex::new(None),
-            error_cooldown: config.error_cooldown,
+            health,
             read_budget,
         }))
     }
@@ -226,16 +300,11 @@ impl ColdTier {
     /// since). The cold tier has no probe: the first flush after the
     /// cooldown is one.
     pub(crate) fn is_failing(&self) -> bool {
-        self.failed_at
-            .lock()
-            .is_some_and(|at| at.elapsed() < self.error_cooldown)
+        self.health.is_failing()
     }
 
     pub(crate) fn record_write_failure(&self) {
-        let was = self.failed_at.lock().replace(Instant::now());
-        if was.is_none() {
-            tracing::warn!(service = self.service, cooldown = ?self.error_cooldown, "cold writes fail; huge partitions spill to disks meanwhile");
-        }
+        self.health.record_failure();
     }
 
     /// Object path for `rel` (a `/`-separated path below the prefix).
@@ -276,8 +345,13 @@ impl ColdTier {
             }
             .await;
             if let Err(e) = written {
-                // Drop uploaded parts of an unfinished multipart upload.
-                let _ = w.abort().await;
+                // Drop uploaded parts of an unfinished multipart upload, in
+                // the background: against a store that is down, the abort's
+                // own tries would hold this flush (and the partition's
+                // writers) for as long again.
+                tokio::spawn(async move {
+                    let _ = w.abort().await;
+                });
                 return Err(e);
             }
             // The index goes last: a readable index implies readable data.
@@ -287,9 +361,7 @@ impl ColdTier {
         .await;
         match result {
             Ok(()) => {
-                if self.failed_at.lock().take().is_some() {
-                    tracing::info!(service = self.service, "cold writes succeed again");
-                }
+                self.health.record_success();
                 self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
                 metrics::counter!("switchyard_cold_uploads_total").increment(1);
                 Ok(())
@@ -297,9 +369,15 @@ impl ColdTier {
             Err(e) => {
                 self.write_errors.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("switchyard_cold_failures_total", "op" => "write").increment(1);
-                // Leave no half-written object behind.
-                let _ = self.op.delete(data_path).await;
-                let _ = self.op.delete(index_path).await;
+                // Leave no half-written object behind; in the background,
+                // as the abort above. Objects a failed delete leaves go with
+                // their shuffle's prefix.
+                let op = self.op.clone();
+                let (data_path, index_path) = (data_path.to_string(), index_path.to_string());
+                tokio::spawn(async move {
+                    let _ = op.delete(&data_path).await;
+                    let _ = op.delete(&index_path).await;
+                });
                 Err(e.into())
             }
         }

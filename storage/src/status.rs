@@ -233,6 +233,9 @@ impl Store {
             for op in ["read", "write"] {
                 metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
             }
+            for op in ["read", "write", "delete", "list", "stat"] {
+                metrics::counter!("switchyard_cold_retries_total", "op" => op).increment(0);
+            }
         }
         metrics::counter!("switchyard_flush_timeouts_total").increment(0);
     }

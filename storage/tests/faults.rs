@@ -558,6 +558,74 @@ async fn huge_partitions_fall_back_to_a_disk_while_cold_writes_fail() {
     assert_same(&read_all(&store, &key).await, &blocks);
 }
 
+/// An S3 endpoint that refuses connections (an outage): the first write
+/// that has to be retried marks the cold tier failing, before that write has
+/// used up its tries, so other huge partitions go to a disk meanwhile; then
+/// the write gives up and its blocks go to the disk too.
+#[tokio::test]
+async fn a_retried_cold_write_marks_the_tier_failing_before_it_gives_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = with_cold(config(dir.path(), 1, 1 << 20), dir.path(), 2_000);
+    let cold = c.cold.as_mut().unwrap();
+    cold.backend = switchyard_storage::ColdBackend::S3 {
+        bucket: "b".into(),
+        endpoint: Some(format!("http://127.0.0.1:{port}")),
+        region: "us-east-1".into(),
+        access_key_id: Some("k".into()),
+        secret_access_key: Some("s".into()),
+        path_style: true,
+    };
+    cold.retries = 3;
+    let store = Store::open(c).await.unwrap();
+    store.register_app("a");
+    let hot = PartitionKey::new("a", 0, 0);
+    let blocks: Vec<_> = (0..6).map(|i| block(i, 0, 1000)).collect();
+    store
+        .append(&hot, blocks[..3].to_vec(), None)
+        .await
+        .unwrap();
+    store.flush_shuffle("a", 0).await.unwrap();
+    assert_eq!(store.partition_stats(&hot).unwrap().disk_bytes, 3_000);
+    // Past the threshold: this flush goes cold, and its tries fail.
+    store
+        .append(&hot, blocks[3..].to_vec(), None)
+        .await
+        .unwrap();
+    let flushing = {
+        let store = store.clone();
+        tokio::spawn(async move { store.flush_shuffle("a", 0).await })
+    };
+    within("the tier marked failing", async {
+        loop {
+            let cold = store.status().cold.unwrap();
+            if !cold.healthy {
+                return cold;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let cold = store.status().cold.unwrap();
+    assert_eq!(
+        cold.write_errors, 0,
+        "failing while the first write still retries: {cold:?}"
+    );
+    within("the cold write gives up and goes to the disk", flushing)
+        .await
+        .unwrap()
+        .unwrap();
+    let stats = store.partition_stats(&hot).unwrap();
+    assert_eq!((stats.disk_bytes, stats.cold_bytes), (6_000, 0));
+    assert!(store.status().cold.unwrap().write_errors >= 1);
+    assert_same(&read_all(&store, &hot).await, &blocks);
+}
+
 #[tokio::test]
 async fn commit_and_finish_fail_after_commit_timeout_with_no_writable_tier() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,39 +26,54 @@ final class S3ServerProcess extends ChildService implements ColdStore {
   static final String SECRET_KEY = "switchyard-test-secret";
 
   private final Path root;
+  private final Path dir;
   private String address;
 
   private S3ServerProcess(Path dir) {
     super("s3_server", dir.resolve("s3_server.log"));
+    this.dir = dir;
     this.root = dir.resolve("root");
   }
 
   /** Starts the server over {@code dir}/root (logs and its address file in {@code dir}). */
   static S3ServerProcess start(Path dir) throws IOException {
-    Path bin = locateBinary();
     Files.createDirectories(dir);
     S3ServerProcess s = new S3ServerProcess(dir);
-    Path addressFile = dir.resolve("s3_server.address");
-    Files.deleteIfExists(addressFile);
     try {
-      s.launch(
-          List.of(
-              bin.toString(),
-              "--root", s.root.toString(),
-              "--listen", "127.0.0.1:0",
-              "--bucket", BUCKET,
-              "--address-file", addressFile.toString(),
-              "--exit-on-stdin-eof"),
-          dir,
-          addressFile,
-          Duration.ofSeconds(30));
-      s.address = Files.readString(addressFile).trim();
+      s.run("127.0.0.1:0");
     } catch (IOException | RuntimeException e) {
       s.close();
       throw e;
     }
     System.out.printf("[s3_server] http://%s, bucket %s under %s%n", s.address, BUCKET, s.root);
     return s;
+  }
+
+  /**
+   * Stops the server and starts it again on the same address and root: an outage of the service.
+   * Its objects are still there afterwards, as s3s-fs keeps them as files.
+   */
+  void restart() throws IOException {
+    close();
+    run(address);
+    System.out.printf("[s3_server] restarted on http://%s%n", address);
+  }
+
+  private void run(String listen) throws IOException {
+    Path addressFile = dir.resolve("s3_server.address");
+    Files.deleteIfExists(addressFile);
+    launch(
+        List.of(
+            locateBinary().toString(),
+            "--root", root.toString(),
+            "--listen", listen,
+            "--bucket", BUCKET,
+            "--address-file", addressFile.toString(),
+            "--exit-on-stdin-eof"),
+        dir,
+        addressFile,
+        Duration.ofSeconds(30));
+    address = Files.readString(addressFile).trim();
   }
 
   static Path locateBinary() {
