@@ -54,7 +54,13 @@ public final class FlinkDriver implements AutoCloseable {
    * values of the Spark tests (see README), so a broken server fails a test within a minute.
    */
   public static CelebornConf conf(String masterEndpoint) {
+    return conf(masterEndpoint, false);
+  }
+
+  /** As {@link #conf(String)}, with {@code celeborn.auth.enabled} as given. */
+  public static CelebornConf conf(String masterEndpoint, boolean auth) {
     CelebornConf c = new CelebornConf();
+    c.set("celeborn.auth.enabled", String.valueOf(auth));
     c.set("celeborn.master.endpoints", masterEndpoint);
     // RemoteShuffleMaster: set if missing
     c.set("celeborn.client.checked.useAllocatedWorkers", "true");
@@ -93,7 +99,12 @@ public final class FlinkDriver implements AutoCloseable {
 
   /** RemoteShuffleMaster.registerJob: the application id and the LifecycleManager. */
   public FlinkDriver(String masterEndpoint) {
-    this.conf = conf(masterEndpoint);
+    this(masterEndpoint, false);
+  }
+
+  /** As {@link #FlinkDriver(String)}, with Celeborn's authentication on or off. */
+  public FlinkDriver(String masterEndpoint, boolean auth) {
+    this.conf = conf(masterEndpoint, auth);
     // FlinkUtils.toCelebornAppId: "<lifecycleManagerTimestamp>-<JobID hex>"
     SplittableRandom r = new SplittableRandom();
     this.appId = lifecycleManagerTimestamp + "-" + String.format("%016x%016x", r.nextLong(), r.nextLong());

@@ -21,6 +21,7 @@ import org.apache.celeborn.common.network.TransportContext;
 import org.apache.celeborn.common.network.buffer.NettyManagedBuffer;
 import org.apache.celeborn.common.network.client.RpcResponseCallback;
 import org.apache.celeborn.common.network.client.TransportClient;
+import org.apache.celeborn.common.network.client.TransportClientBootstrap;
 import org.apache.celeborn.common.network.client.TransportClientFactory;
 import org.apache.celeborn.common.network.protocol.PushData;
 import org.apache.celeborn.common.network.protocol.TransportMessage;
@@ -92,8 +93,8 @@ public class FlinkDriverClient extends ShuffleClientImpl {
   static final class ReadClientFactory extends TransportClientFactory {
     private final ConcurrentHashMap<Long, Supplier<ByteBuf>> bufferSuppliers = new ConcurrentHashMap<>();
 
-    ReadClientFactory(TransportContext context) {
-      super(context, java.util.Collections.emptyList());
+    ReadClientFactory(TransportContext context, List<TransportClientBootstrap> bootstraps) {
+      super(context, bootstraps);
       this.pooledAllocator = new UnpooledByteBufAllocator(true);
     }
 
@@ -113,7 +114,8 @@ public class FlinkDriverClient extends ShuffleClientImpl {
 
   private synchronized void initializeTransportClientFactory() {
     if (readClientFactory == null) {
-      readClientFactory = new ReadClientFactory(context);
+      // With celeborn.auth.enabled the bootstraps authenticate each read connection (SASL).
+      readClientFactory = new ReadClientFactory(context, createBootstraps());
     }
   }
 

@@ -56,6 +56,11 @@ abstract class FlinkDriverScenarios {
   /** The admin URLs of the servers, each of which must be alive and healthy. */
   abstract List<String> adminUrls();
 
+  /** Whether the driver and its TaskManagers run with {@code celeborn.auth.enabled}. */
+  boolean authEnabled() {
+    return false;
+  }
+
   /** Checks of the subclass on the written dataset (where its partitions went). */
   void afterWrite(FlinkDriver.Dataset data) throws Exception {}
 
@@ -71,7 +76,7 @@ abstract class FlinkDriverScenarios {
   @BeforeAll
   void start() throws Exception {
     System.out.printf("[suite] %s, celeborn client %s%n", getClass().getSimpleName(), SparkHarness.celebornLabel());
-    driver = new FlinkDriver(startServers());
+    driver = new FlinkDriver(startServers(), authEnabled());
     tm = driver.newTaskManager();
   }
 
