@@ -136,6 +136,10 @@ pub struct DecommissionArgs {
     /// The target node's `admin.token`.
     #[arg(long, env = "SWITCHYARD_ADMIN_TOKEN", hide_env_values = true)]
     pub token: String,
+    /// Cancels the node's decommission instead: it takes new partitions
+    /// again and does not exit.
+    #[arg(long)]
+    pub cancel: bool,
     #[command(flatten)]
     pub ctl: CtlArgs,
 }

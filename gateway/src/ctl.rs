@@ -1,7 +1,8 @@
 //! `switchyard ctl status|apps|migration|shuffles|nodes`: ask a running node
 //! over its admin HTTP (`GET /api/v1/status`, `/api/v1/migration`,
 //! `/api/v1/shuffles`, `/api/v1/cluster`) and print tables, or the raw JSON
-//! with `--json`; `ctl decommission` POSTs `/api/v1/decommission`.
+//! with `--json`; `ctl decommission` POSTs `/api/v1/decommission` (and
+//! `--cancel` DELETEs it).
 //!
 //! The JSON is read as untyped `serde_json::Value`, so a field the node adds
 //! or this build does not know never breaks the table.
@@ -80,21 +81,31 @@ fn decommission(args: crate::cli::DecommissionArgs) -> anyhow::Result<()> {
             }
         };
         let url = admin_url(&target, "/api/v1/decommission")?;
-        let response = http_client()?
-            .post(&url)
+        let client = http_client()?;
+        let (method, request) = if args.cancel {
+            ("DELETE", client.delete(&url))
+        } else {
+            ("POST", client.post(&url))
+        };
+        let response = request
             .bearer_auth(&args.token)
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("node at {target} is unreachable: POST {url}: {}", chain(&e)))?;
+            .map_err(|e| anyhow::anyhow!("node at {target} is unreachable: {method} {url}: {}", chain(&e)))?;
         let code = response.status();
         let body = response.text().await.unwrap_or_default();
+        let name = args.node.as_deref().unwrap_or(&target);
+        if args.cancel && code == reqwest::StatusCode::CONFLICT {
+            bail!("{name} is not decommissioning");
+        }
         if !code.is_success() {
-            bail!("POST {url} answered {code}: {}", snippet(&body));
+            bail!("{method} {url} answered {code}: {}", snippet(&body));
         }
         if args.ctl.json {
             println!("{}", body.trim_end());
+        } else if args.cancel {
+            println!("{name}: decommission cancelled; it takes new partitions again");
         } else {
-            let name = args.node.as_deref().unwrap_or(&target);
             println!("{name}: decommissioning; it exits once no application holds data on it");
         }
         Ok(())

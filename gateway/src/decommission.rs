@@ -4,7 +4,8 @@
 //!
 //! The state travels in every cluster heartbeat, so coordinators stop
 //! placing on the node; the node's own Uniffle coordinator and Celeborn
-//! master (when it has them) stop placing on it at once.
+//! master (when it has them) stop placing on it at once. Cancelled (the
+//! admin `DELETE`), the node is active again and takes new partitions.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,7 +21,8 @@ pub struct Decommission {
     started: parking_lot::Mutex<Option<Instant>>,
     /// The protocol roles' "draining" flags, set with `started`.
     flags: Vec<Arc<AtomicBool>>,
-    begun: Notify,
+    /// Wakes the watcher when decommissioning begins or is cancelled.
+    changed: Notify,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -38,7 +40,7 @@ impl Decommission {
         Arc::new(Decommission {
             started: parking_lot::Mutex::new(None),
             flags,
-            begun: Notify::new(),
+            changed: Notify::new(),
         })
     }
 
@@ -52,10 +54,25 @@ impl Decommission {
         for f in &self.flags {
             f.store(true, Ordering::Relaxed);
         }
-        self.begun.notify_one();
+        self.changed.notify_one();
         tracing::warn!(
             "decommissioning: no new partitions; exiting once no application holds data here"
         );
+        true
+    }
+
+    /// Cancels a decommission: the node takes new partitions again and
+    /// does not exit; false if it was not decommissioning.
+    pub fn cancel(&self) -> bool {
+        let mut started = self.started.lock();
+        let Some(at) = started.take() else {
+            return false;
+        };
+        for f in &self.flags {
+            f.store(false, Ordering::Relaxed);
+        }
+        self.changed.notify_one();
+        tracing::warn!(after = ?at.elapsed(), "decommission cancelled: taking new partitions again");
         true
     }
 
@@ -77,17 +94,17 @@ impl Decommission {
 
     /// Returns once the node may exit: decommissioning began and no
     /// application holds data in `store` (checked every `interval`), or
-    /// `timeout` passed since it began.
+    /// `timeout` passed since it began. A cancel sends it back to waiting
+    /// for the next decommission.
     pub async fn finished(&self, store: &Store, interval: Duration, timeout: Duration) {
         loop {
-            let notified = self.begun.notified();
-            if self.started.lock().is_some() {
-                break;
-            }
-            notified.await;
-        }
-        let started = self.started.lock().expect("begun");
-        loop {
+            // Registered before the check, so a begin or cancel in between
+            // is not missed.
+            let changed = self.changed.notified();
+            let Some(started) = *self.started.lock() else {
+                changed.await;
+                continue;
+            };
             let holding: Vec<String> = store
                 .status()
                 .applications
@@ -114,7 +131,10 @@ impl Decommission {
                 apps = holding.len(),
                 "decommissioning: waiting for applications to release their data"
             );
-            tokio::time::sleep(interval).await;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = changed => {}
+            }
         }
     }
 }

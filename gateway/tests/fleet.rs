@@ -415,12 +415,17 @@ fn three_nodes_serve_as_one_fleet() {
 
 /// `POST /api/v1/decommission` with an optional bearer token: the status code.
 fn post_decommission(node: &Node, token: Option<&str>) -> u16 {
+    decommission_request(node, "POST", token)
+}
+
+/// `METHOD /api/v1/decommission` with an optional bearer token: the status code.
+fn decommission_request(node: &Node, method: &str, token: Option<&str>) -> u16 {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(node.admin()).unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "POST /api/v1/decommission HTTP/1.0\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
+        "{method} /api/v1/decommission HTTP/1.0\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -440,6 +445,83 @@ fn ctl(args: &[&str]) -> (bool, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+#[test]
+fn a_cancelled_decommission_takes_new_partitions_again() {
+    const TOKEN: &str = "cancel-admin-token";
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            extra_toml: format!(
+                "[admin]\ntoken = \"{TOKEN}\"\n\n[cluster]\ndecommission_check_interval = \"1s\"\n"
+            ),
+            ..ClusterOptions::default()
+        },
+    );
+    let node = cluster.node(1);
+    let master = node.celeborn_master().to_string();
+    let admin = node.admin().to_string();
+    let run = |app: &str| {
+        let mut cmd = Command::new(BIN);
+        common::clear_switchyard_env(&mut cmd);
+        cmd.args([
+            "bench",
+            "celeborn",
+            "--master",
+            &master,
+            "--app",
+            app,
+            "--size",
+            "4MiB",
+            "--mappers",
+            "1",
+            "--partitions",
+            "2",
+            "--keep-app",
+        ])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    };
+    // Data that keeps the node from exiting once decommissioning.
+    assert!(run("held"), "a first run");
+    // Nothing to cancel yet.
+    let (ok, out) = ctl(&[
+        "decommission",
+        "--cancel",
+        "--admin",
+        &admin,
+        "--token",
+        TOKEN,
+    ]);
+    assert!(!ok && out.contains("not decommissioning"), "{out}");
+
+    assert_eq!(post_decommission(node, Some(TOKEN)), 202);
+    assert_eq!(node.status()["decommission"]["state"], "decommissioning");
+    assert!(
+        !run("while-decommissioning"),
+        "its own master places nothing on it"
+    );
+    // Cancelling needs the token too.
+    assert_eq!(decommission_request(node, "DELETE", None), 401);
+    assert_eq!(decommission_request(node, "DELETE", Some("guess")), 401);
+    let (ok, out) = ctl(&[
+        "decommission",
+        "--cancel",
+        "--admin",
+        &admin,
+        "--token",
+        TOKEN,
+    ]);
+    assert!(ok && out.contains("cancelled"), "{out}");
+    assert_eq!(node.status()["decommission"]["state"], "active");
+    assert!(run("after-cancel"), "placed on it again");
+    assert!(holds(node, "celeborn/after-cancel"));
+    // Several decommission checks later it is still up.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(node.status()["decommission"]["state"], "active");
 }
 
 #[test]

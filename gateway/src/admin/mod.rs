@@ -46,7 +46,10 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(render_metrics))
         .route("/api/v1/status", get(status))
         .route("/api/v1/cluster", get(cluster))
-        .route("/api/v1/decommission", axum::routing::post(decommission))
+        .route(
+            "/api/v1/decommission",
+            axum::routing::post(decommission).delete(cancel_decommission),
+        )
         .route("/api/v1/throughput", get(throughput))
         .route("/api/v1/migration", get(migration))
         .route("/api/v1/shuffles", get(shuffles))
@@ -175,6 +178,25 @@ async fn decommission(
     let begun = state.decommission.begin();
     tracing::info!(begun, "decommission requested over admin HTTP");
     (StatusCode::ACCEPTED, Json(state.decommission.status())).into_response()
+}
+
+/// Cancels a decommission: 200 with the state (`active`), 409 when the
+/// node was not decommissioning.
+async fn cancel_decommission(
+    State(state): State<AdminState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if let Err(refusal) = authorised(&state, &headers) {
+        return refusal.into_response();
+    }
+    let cancelled = state.decommission.cancel();
+    tracing::info!(cancelled, "decommission cancel requested over admin HTTP");
+    let code = if cancelled {
+        StatusCode::OK
+    } else {
+        StatusCode::CONFLICT
+    };
+    (code, Json(state.decommission.status())).into_response()
 }
 
 async fn throughput(State(state): State<AdminState>) -> Json<throughput::History> {
