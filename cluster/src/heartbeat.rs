@@ -12,7 +12,7 @@ use tonic::transport::Endpoint;
 use crate::config::ClusterConfig;
 use crate::proto::cluster_client::ClusterClient;
 use crate::proto::{HeartbeatReply, WorkerHeartbeat};
-use crate::SECRET_HEADER;
+use crate::{PROTOCOL_VERSION, SECRET_HEADER};
 
 /// What the node reports and how it takes the replies.
 pub trait LocalWorker: Send + Sync + 'static {
@@ -110,5 +110,65 @@ async fn beat<W: LocalWorker>(
                 }
             }
         }
+    }
+}
+
+/// Asks the coordinators, in order, for a Celeborn application's secret
+/// (`CelebornSecret`); the first that knows it answers.
+pub struct SecretLookup {
+    node_id: String,
+    coordinators: Vec<(String, Endpoint)>,
+    secret: MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl SecretLookup {
+    pub fn new(config: &ClusterConfig, node_id: &str) -> Result<Self, tonic::transport::Error> {
+        let secret: MetadataValue<_> = config
+            .secret
+            .as_ref()
+            .map(|s| s.expose())
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or_else(|_| MetadataValue::from_static(""));
+        let mut coordinators = Vec::new();
+        for c in &config.coordinators {
+            let endpoint = Endpoint::from_shared(format!("http://{c}"))?
+                .connect_timeout(config.request_timeout)
+                .timeout(config.request_timeout)
+                .tcp_nodelay(true)
+                .local_address(config.source_address);
+            coordinators.push((c.clone(), endpoint));
+        }
+        Ok(SecretLookup {
+            node_id: node_id.to_string(),
+            coordinators,
+            secret,
+        })
+    }
+
+    pub async fn fetch(&self, app: &str) -> Option<Vec<u8>> {
+        for (coordinator, endpoint) in &self.coordinators {
+            let mut client = ClusterClient::new(endpoint.connect_lazy());
+            let mut request = tonic::Request::new(crate::proto::CelebornSecretRequest {
+                protocol_version: PROTOCOL_VERSION,
+                node_id: self.node_id.clone(),
+                app: app.to_string(),
+            });
+            request
+                .metadata_mut()
+                .insert(SECRET_HEADER, self.secret.clone());
+            match client.celeborn_secret(request).await {
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    if reply.found && !reply.secret.is_empty() {
+                        return Some(reply.secret);
+                    }
+                }
+                Err(status) => {
+                    tracing::debug!(%coordinator, %status, "celeborn secret lookup failed");
+                }
+            }
+        }
+        None
     }
 }

@@ -23,7 +23,7 @@ pub mod service;
 pub use apps::AppBook;
 pub use config::{ClusterConfig, Role};
 pub use directory::{Directory, WorkerView};
-pub use heartbeat::{Heartbeater, LocalWorker};
+pub use heartbeat::{Heartbeater, LocalWorker, SecretLookup};
 pub use service::{ClusterService, WorkerListener};
 
 /// The newest protocol version this build speaks.

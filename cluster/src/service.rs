@@ -8,13 +8,18 @@ use tonic::{Request, Response, Status};
 use crate::apps::AppBook;
 use crate::directory::Directory;
 use crate::proto::cluster_server::Cluster;
-use crate::proto::{HeartbeatReply, WorkerHeartbeat};
+use crate::proto::{CelebornSecretReply, CelebornSecretRequest, HeartbeatReply, WorkerHeartbeat};
 use crate::{PROTOCOL_VERSION, SECRET_HEADER};
 
 /// Told of every accepted heartbeat (the gateway feeds the Uniffle
 /// coordinator's server list from it).
 pub trait WorkerListener: Send + Sync + 'static {
     fn worker_seen(&self, heartbeat: &WorkerHeartbeat);
+    /// The secret a Celeborn application registered on this node's master;
+    /// None when it knows none (or authentication is off).
+    fn celeborn_secret(&self, _app: &str) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 pub struct ClusterService {
@@ -98,6 +103,38 @@ impl Cluster for ClusterService {
             alive_apps: news.alive,
             removed_shuffles: news.removed_shuffles,
             removed_apps: news.removed_apps,
+        }))
+    }
+
+    async fn celeborn_secret(
+        &self,
+        request: Request<CelebornSecretRequest>,
+    ) -> Result<Response<CelebornSecretReply>, Status> {
+        let outcome = |result: &'static str| {
+            metrics::counter!("switchyard_cluster_secret_lookups_total", "result" => result)
+                .increment(1)
+        };
+        if !self.authorised(request.metadata()) {
+            outcome("unauthenticated");
+            return Err(Status::unauthenticated(
+                "secret lookups need the cluster secret (cluster.secret)",
+            ));
+        }
+        let r = request.into_inner();
+        if r.protocol_version == 0 || r.protocol_version > PROTOCOL_VERSION {
+            outcome("version");
+            return Err(Status::failed_precondition(format!(
+                "cluster protocol version {} is not spoken here (1..={PROTOCOL_VERSION})",
+                r.protocol_version
+            )));
+        }
+        let secret = self.listener.celeborn_secret(&r.app);
+        outcome(if secret.is_some() { "found" } else { "unknown" });
+        tracing::debug!(app = %r.app, worker = %r.node_id, found = secret.is_some(), "celeborn secret lookup");
+        Ok(Response::new(CelebornSecretReply {
+            protocol_version: PROTOCOL_VERSION,
+            found: secret.is_some(),
+            secret: secret.unwrap_or_default(),
         }))
     }
 }

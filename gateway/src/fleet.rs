@@ -55,6 +55,35 @@ impl WorkerListener for UniffleFeed {
     }
 }
 
+/// What a coordinator's cluster service is told and asks: heartbeats feed
+/// the Uniffle coordinator; secret lookups read this node's Celeborn
+/// master's registered secrets.
+pub struct CoordinatorListener {
+    pub uniffle: Arc<UniffleFeed>,
+    pub celeborn: Option<Arc<WorkerState>>,
+}
+
+impl WorkerListener for CoordinatorListener {
+    fn worker_seen(&self, hb: &WorkerHeartbeat) {
+        self.uniffle.worker_seen(hb);
+    }
+
+    fn celeborn_secret(&self, app: &str) -> Option<Vec<u8>> {
+        self.celeborn.as_ref()?.auth()?.get(app)
+    }
+}
+
+/// A worker's way to the secrets of Celeborn applications that registered
+/// on another node's master: it asks the coordinators.
+pub struct FleetSecrets(pub switchyard_cluster::SecretLookup);
+
+#[tonic::async_trait]
+impl switchyard_celeborn::auth::RemoteSecrets for FleetSecrets {
+    async fn fetch(&self, app: &str) -> Option<Vec<u8>> {
+        self.0.fetch(app).await
+    }
+}
+
 /// The Celeborn master's view of the fleet.
 pub struct CelebornFleet {
     pub directory: Arc<Directory>,

@@ -24,7 +24,9 @@ use crate::admin::throughput::ThroughputHistory;
 use crate::admin::{self, AdminState};
 use crate::config::GatewayConfig;
 use crate::decommission::Decommission;
-use crate::fleet::{CelebornFleet, Coordination, NodeWorker, UniffleFeed};
+use crate::fleet::{
+    CelebornFleet, Coordination, CoordinatorListener, FleetSecrets, NodeWorker, UniffleFeed,
+};
 use crate::node::{self, CelebornStatus, IdSource, NodeStatus, UniffleStatus};
 use crate::telemetry::{self, NodeField};
 
@@ -184,12 +186,16 @@ pub async fn serve(
             .secret
             .clone()
             .unwrap_or_else(|| Secret(String::new()));
+        let coordinator_listener = Arc::new(CoordinatorListener {
+            uniffle: feed,
+            celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
+        });
         let service = ClusterService::new(
             identity.id.clone(),
             c.directory.clone(),
             c.apps.clone(),
             secret,
-            feed,
+            coordinator_listener,
         );
         let cancel = cluster_cancel.clone();
         let addr = listener.local_addr()?;
@@ -242,6 +248,13 @@ pub async fn serve(
             celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
             decommission: decommission.clone(),
         });
+        // Celeborn secrets registered on another node's master are fetched
+        // from the coordinators when a client authenticates here.
+        if let Some(secrets) = celeborn.as_ref().and_then(|c| c.worker.auth()) {
+            let lookup = switchyard_cluster::SecretLookup::new(cluster, &identity.id)
+                .context("invalid cluster.coordinators")?;
+            secrets.set_remote(Arc::new(FleetSecrets(lookup)));
+        }
         info!(coordinators = ?cluster.coordinators, "heartbeating the fleet's coordinators");
         Some(
             Heartbeater::start(cluster, worker, cluster_cancel.clone())

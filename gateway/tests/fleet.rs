@@ -761,3 +761,69 @@ fn a_restarted_coordinator_warms_up_and_deletes_nothing() {
         );
     }
 }
+
+#[test]
+fn a_celeborn_secret_registered_on_one_master_authenticates_on_every_worker() {
+    use switchyard_celeborn::client::Connection;
+    use switchyard_celeborn::rpc::endpoint;
+    let cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            coordinators: vec![1, 2],
+            extra_toml: "[celeborn]\nauth_enabled = true\n".into(),
+            ..ClusterOptions::default()
+        },
+    );
+    for c in [1, 2] {
+        wait_warm(cluster.node(c));
+    }
+    let (app, secret) = ("local-fleet-auth", "fleet-s3cret");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // The driver registers its secret on node 1's master only.
+        let master = Connection::connect(cluster.node(1).celeborn_master())
+            .await
+            .unwrap();
+        master.register_application(app, secret).await.unwrap();
+        // Its executors authenticate on every worker: node 2 (the other
+        // coordinator) and node 3 (a worker only) fetch the secret from the
+        // coordinators.
+        for i in 1..=3 {
+            for port in [9100, 9101, 9102] {
+                let conn = Connection::connect(cluster.node(i).addr(port))
+                    .await
+                    .unwrap();
+                conn.authenticate(app, secret).await.unwrap_or_else(|e| {
+                    panic!(
+                        "node {i} port {port}: {e}\n{}",
+                        cluster.node(i).log_tail(30)
+                    )
+                });
+            }
+            let rpc = Connection::connect(cluster.node(i).addr(9100))
+                .await
+                .unwrap();
+            rpc.authenticate(app, secret).await.unwrap();
+            assert!(rpc.verify(endpoint::WORKER).await.unwrap(), "node {i}");
+        }
+        // A wrong secret, or an application no master knows, is refused.
+        let wrong = Connection::connect(cluster.node(3).addr(9101))
+            .await
+            .unwrap();
+        assert!(wrong.authenticate(app, "guess").await.is_err());
+        let unknown = Connection::connect(cluster.node(3).addr(9101))
+            .await
+            .unwrap();
+        assert!(unknown.authenticate("never-registered", "x").await.is_err());
+        // Unauthenticated, nothing is served.
+        let plain = Connection::connect(cluster.node(3).addr(9100))
+            .await
+            .unwrap();
+        assert!(plain.verify(endpoint::WORKER).await.is_err());
+    });
+    let metrics = cluster.node(1).get("/metrics").unwrap().1;
+    assert!(
+        metrics.contains("switchyard_cluster_secret_lookups_total"),
+        "the coordinators answered lookups"
+    );
+}

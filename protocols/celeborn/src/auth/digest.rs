@@ -93,6 +93,18 @@ impl Challenge {
         .into_bytes()
     }
 
+    /// The application id a digest-response names (its `username`, Base64
+    /// of the id), if it parses; what to look a secret up by before
+    /// [`Challenge::verify`].
+    pub fn app_id(response: &[u8]) -> Option<String> {
+        if response.len() > MAX_RESPONSE {
+            return None;
+        }
+        let text = std::str::from_utf8(response).ok()?;
+        let username = parse_directives(text).ok()?.remove("username")?;
+        app_id_of(&username)
+    }
+
     /// Checks a digest-response. `secret_of` gives the registered secret of
     /// an application id (its bytes as registered), or None.
     pub fn verify(
@@ -148,11 +160,7 @@ impl Challenge {
                 return Err(refused("authzid", authzid));
             }
         }
-        let app_id = B64
-            .decode(username)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or(DigestError::Username)?;
+        let app_id = app_id_of(username).ok_or(DigestError::Username)?;
         let secret = secret_of(&app_id).ok_or_else(|| DigestError::UnknownApp(app_id.clone()))?;
         let password = B64.encode(secret);
         let ha1 = ha1(username, &password, nonce, cnonce);
@@ -235,6 +243,13 @@ fn response_value(
 /// `key=value` directives, comma-separated, keys case-insensitive, values a
 /// token or a quoted string (`\x` is `x`); a key twice is an error, as in
 /// the JDK's parser.
+/// A DIGEST username is Base64 of the application id.
+fn app_id_of(username: &str) -> Option<String> {
+    B64.decode(username)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
 fn parse_directives(text: &str) -> Result<HashMap<String, String>, DigestError> {
     let lws = |c: char| matches!(c, ' ' | '\t' | '\r' | '\n');
     let mut out = HashMap::new();

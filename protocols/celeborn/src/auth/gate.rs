@@ -40,11 +40,38 @@ const MAX_SECRETS: usize = 100_000;
 /// as UTF-8, at most 96 bytes).
 const MAX_SECRET: usize = 1024;
 
+/// Where a worker asks for the secret of an application that registered
+/// on another node's master: the fleet's coordinators.
+#[async_trait::async_trait]
+pub trait RemoteSecrets: Send + Sync + 'static {
+    async fn fetch(&self, app: &str) -> Option<Vec<u8>>;
+}
+
+/// How long an application no coordinator knows is not asked about again:
+/// a client naming made-up applications costs one lookup each per window.
+const UNKNOWN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+/// Unknown applications remembered at most.
+const MAX_UNKNOWN: usize = 10_000;
+
 /// Applications' secrets, registered on the master port. One per node:
-/// its master and worker ports share it.
-#[derive(Debug, Default)]
+/// its master and worker ports share it. In a fleet, a secret registered
+/// on another node's master is fetched from the coordinators when a client
+/// of that application first authenticates here ([`Secrets::ensure`]).
+#[derive(Default)]
 pub struct Secrets {
     by_app: DashMap<String, Vec<u8>>,
+    remote: std::sync::OnceLock<std::sync::Arc<dyn RemoteSecrets>>,
+    /// Applications recently asked about and unknown everywhere.
+    unknown: DashMap<String, std::time::Instant>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets")
+            .field("apps", &self.by_app.len())
+            .field("remote", &self.remote.get().is_some())
+            .finish()
+    }
 }
 
 impl Secrets {
@@ -83,6 +110,66 @@ impl Secrets {
 
     pub fn get(&self, app: &str) -> Option<Vec<u8>> {
         self.by_app.get(app).map(|s| s.clone())
+    }
+
+    /// Sets where unknown applications' secrets are fetched from (once).
+    pub fn set_remote(&self, remote: std::sync::Arc<dyn RemoteSecrets>) {
+        let _ = self.remote.set(remote);
+    }
+
+    /// Makes sure `app`'s secret is here if any coordinator has it: a
+    /// secret registered on another node's master is fetched and kept.
+    pub async fn ensure(&self, app: &str) {
+        let Some(remote) = self.remote.get() else {
+            return;
+        };
+        if self.by_app.contains_key(app) || app.is_empty() || app.len() > 256 {
+            return;
+        }
+        if let Some(at) = self.unknown.get(app).map(|e| *e) {
+            if at.elapsed() < UNKNOWN_FOR {
+                return;
+            }
+        }
+        match remote.fetch(app).await {
+            Some(secret) if !secret.is_empty() && secret.len() <= MAX_SECRET => {
+                self.unknown.remove(app);
+                outcome("fetched");
+                // A secret registered here meanwhile wins; they are equal
+                // anyway, as no master takes a second secret.
+                let _ = self.register(app, &secret);
+            }
+            _ => {
+                if self.unknown.len() >= MAX_UNKNOWN {
+                    self.unknown.retain(|_, at| at.elapsed() < UNKNOWN_FOR);
+                }
+                if self.unknown.len() < MAX_UNKNOWN {
+                    self.unknown
+                        .insert(app.to_string(), std::time::Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Before [`handshake`] on a connection of a fleet worker: when `body`
+    /// is a DIGEST-MD5 response, fetches its application's secret if this
+    /// node does not have it.
+    pub async fn prefetch_for(&self, body: &Bytes) {
+        if self.remote.get().is_none() {
+            return;
+        }
+        let Ok(Some(tm)) = TransportMessage::from_bytes(body.clone()) else {
+            return;
+        };
+        if tm.kind() != Some(MessageType::SaslRequest) {
+            return;
+        }
+        let Ok(sasl) = tm.decode_payload::<PbSaslRequest>() else {
+            return;
+        };
+        if let Some(app) = Challenge::app_id(&sasl.payload) {
+            self.ensure(&app).await;
+        }
     }
 
     /// Forgets an application's secret (it was lost, or expired).

@@ -6,4 +6,4 @@
 pub mod digest;
 pub mod gate;
 
-pub use gate::{app_of, check_app, check_shuffle_key, handshake, Answer, Secrets};
+pub use gate::{app_of, check_app, check_shuffle_key, handshake, Answer, RemoteSecrets, Secrets};

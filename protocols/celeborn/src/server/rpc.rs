@@ -76,6 +76,7 @@ impl<E: Endpoint> RpcPort<E> {
         }
         match message {
             Message::RpcRequest { request_id, body } => {
+                auth.secrets.prefetch_for(body).await;
                 let frame = match auth::handshake(
                     session,
                     &auth.secrets,

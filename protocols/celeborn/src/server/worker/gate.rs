@@ -37,6 +37,7 @@ pub(crate) async fn unauthenticated(
             })
         }
         Message::RpcRequest { request_id, body } => {
+            secrets.prefetch_for(body).await;
             match auth::handshake(session, secrets, false, body.clone()) {
                 Answer::Reply(body) => Some(Message::RpcResponse {
                     request_id: *request_id,

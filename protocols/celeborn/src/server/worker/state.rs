@@ -495,7 +495,7 @@ impl WorkerState {
     }
 
     /// The secrets connections authenticate against, when authentication is on.
-    pub(crate) fn auth(&self) -> Option<&crate::auth::Secrets> {
+    pub fn auth(&self) -> Option<&crate::auth::Secrets> {
         self.config.auth_enabled.then_some(&*self.secrets)
     }
 
