@@ -232,6 +232,54 @@ class FleetJobsTest {
   }
 
   /**
+   * Celeborn's authentication over three nodes: every node runs with {@code celeborn.auth_enabled},
+   * the stock client with {@code spark.celeborn.auth.enabled=true}. The driver registers its secret
+   * on the first master only; the executors authenticate on every worker, and the workers of the
+   * other nodes fetch the secret from the coordinators. The result equals vanilla, every node stored
+   * part of it, and the other nodes counted fetched secrets.
+   */
+  @Test
+  void celebornJobWithAuthenticationSpreadsOverThreeNodes() throws Exception {
+    long records = Long.getLong("switchyard.fleet.records", 1_000_000L) / 2;
+    String writer = SparkHarness.celebornWriters().get(0);
+    SparkHarness.Timed<List<Jobs.PartitionDigest>> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-fleet-auth", "local[2]"), spark -> Jobs.largeShuffle(spark, records));
+    try (SwitchyardCluster cluster = SwitchyardCluster.start(
+        "fleet-auth", 3, "256MiB", FLEET_TOML + "\n[celeborn]\nauth_enabled = true\n")) {
+      waitForWorkers(cluster, 3);
+      String masters = String.join(",",
+          cluster.celebornMasterEndpoint(1), cluster.celebornMasterEndpoint(2), cluster.celebornMasterEndpoint(3));
+      SparkConf conf = SparkHarness.withCeleborn(SparkHarness.baseConf("fleet-auth", "local[2]"), masters, writer)
+          .set("spark.celeborn.auth.enabled", "true");
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> run =
+          SparkHarness.runApp(conf, spark -> Jobs.largeShuffle(spark, records));
+      Compare.sameList("fleet: celeborn with authentication", vanilla.value(), run.value());
+      StringBuilder line = new StringBuilder(String.format("fleet celeborn-auth %6d ms, wrote %s; per node:",
+          run.jobMillis(), SparkHarness.mb(run.shuffleBytesWritten())));
+      for (int i = 1; i <= 3; i++) {
+        long w = written(cluster, i, "celeborn");
+        line.append(' ').append(SparkHarness.mb(w));
+        if (w <= 0) {
+          throw new AssertionError("node " + i + " stored nothing of the authenticated job");
+        }
+      }
+      for (int i = 2; i <= 3; i++) {
+        double fetched = 0;
+        for (String l : cluster.adminGet(i, "/metrics").split("\n")) {
+          if (l.startsWith("switchyard_celeborn_auth_total{") && l.contains("result=\"fetched\"")) {
+            fetched += Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1));
+          }
+        }
+        if (fetched < 1) {
+          throw new AssertionError("node " + i + " fetched no secret from the coordinators");
+        }
+      }
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line.toString());
+    }
+  }
+
+  /**
    * A replicated Celeborn shuffle with a single reduce partition has its primary and its replica
    * on two of the three nodes; the third is only a spare in the master's slot reply. One of the
    * two is killed during the map stage: the driver revives onto a new pair from the workers of
