@@ -22,6 +22,29 @@ pub trait LocalWorker: Send + Sync + 'static {
     fn apply(&self, reply: HeartbeatReply) -> impl std::future::Future<Output = ()> + Send;
 }
 
+/// The `cluster.secret` as the metadata value every request carries.
+fn secret_header(config: &ClusterConfig) -> MetadataValue<tonic::metadata::Ascii> {
+    config
+        .secret
+        .as_ref()
+        .map(|s| s.expose())
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|_| MetadataValue::from_static(""))
+}
+
+/// A coordinator's endpoint, with the cluster's timeouts and source address.
+fn endpoint(
+    config: &ClusterConfig,
+    coordinator: &str,
+) -> Result<Endpoint, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(format!("http://{coordinator}"))?
+        .connect_timeout(config.request_timeout)
+        .timeout(config.request_timeout)
+        .tcp_nodelay(true)
+        .local_address(config.source_address))
+}
+
 pub struct Heartbeater {
     tasks: Vec<JoinHandle<()>>,
 }
@@ -34,20 +57,10 @@ impl Heartbeater {
         worker: Arc<W>,
         cancel: CancellationToken,
     ) -> Result<Heartbeater, tonic::transport::Error> {
-        let secret: MetadataValue<_> = config
-            .secret
-            .as_ref()
-            .map(|s| s.expose())
-            .unwrap_or_default()
-            .parse()
-            .unwrap_or_else(|_| MetadataValue::from_static(""));
+        let secret = secret_header(config);
         let mut tasks = Vec::new();
         for coordinator in &config.coordinators {
-            let endpoint = Endpoint::from_shared(format!("http://{coordinator}"))?
-                .connect_timeout(config.request_timeout)
-                .timeout(config.request_timeout)
-                .tcp_nodelay(true)
-                .local_address(config.source_address);
+            let endpoint = endpoint(config, coordinator)?;
             tasks.push(tokio::spawn(beat(
                 coordinator.clone(),
                 endpoint,
@@ -123,26 +136,15 @@ pub struct SecretLookup {
 
 impl SecretLookup {
     pub fn new(config: &ClusterConfig, node_id: &str) -> Result<Self, tonic::transport::Error> {
-        let secret: MetadataValue<_> = config
-            .secret
-            .as_ref()
-            .map(|s| s.expose())
-            .unwrap_or_default()
-            .parse()
-            .unwrap_or_else(|_| MetadataValue::from_static(""));
-        let mut coordinators = Vec::new();
-        for c in &config.coordinators {
-            let endpoint = Endpoint::from_shared(format!("http://{c}"))?
-                .connect_timeout(config.request_timeout)
-                .timeout(config.request_timeout)
-                .tcp_nodelay(true)
-                .local_address(config.source_address);
-            coordinators.push((c.clone(), endpoint));
-        }
+        let coordinators = config
+            .coordinators
+            .iter()
+            .map(|c| Ok((c.clone(), endpoint(config, c)?)))
+            .collect::<Result<_, tonic::transport::Error>>()?;
         Ok(SecretLookup {
             node_id: node_id.to_string(),
             coordinators,
-            secret,
+            secret: secret_header(config),
         })
     }
 

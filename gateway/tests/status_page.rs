@@ -201,19 +201,28 @@ fn live_uniffle_app(node: &Node, app: &str) {
     });
 }
 
-#[test]
-fn status_page_renders_the_node_and_its_applications_in_chromium() {
+/// chromedriver and chromium, or None (with the reason printed) when the
+/// browser tests are skipped here.
+fn browser_tools() -> Option<(PathBuf, PathBuf)> {
     if std::env::var("SWITCHYARD_SKIP_BROWSER").is_ok_and(|v| v == "1") {
         eprintln!(
             "SKIPPED: SWITCHYARD_SKIP_BROWSER=1 (.ci/test runs this test in a step of its own)"
         );
-        return;
+        return None;
     }
     let (Some(chromedriver), Some(chromium)) = (
         tool("SWITCHYARD_CHROMEDRIVER", "chromedriver"),
         tool("SWITCHYARD_CHROMIUM", "chromium"),
     ) else {
         eprintln!("SKIPPED: no chromium and chromedriver (apt-get install chromium chromium-driver, or .ci/install-chromium)");
+        return None;
+    };
+    Some((chromedriver, chromium))
+}
+
+#[test]
+fn status_page_renders_the_node_and_its_applications_in_chromium() {
+    let Some((chromedriver, chromium)) = browser_tools() else {
         return;
     };
     let cluster = Cluster::start_with(
@@ -316,17 +325,7 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
 
 #[test]
 fn status_page_lists_the_fleet_on_a_coordinator() {
-    if std::env::var("SWITCHYARD_SKIP_BROWSER").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "SKIPPED: SWITCHYARD_SKIP_BROWSER=1 (.ci/test runs this test in a step of its own)"
-        );
-        return;
-    }
-    let (Some(chromedriver), Some(chromium)) = (
-        tool("SWITCHYARD_CHROMEDRIVER", "chromedriver"),
-        tool("SWITCHYARD_CHROMIUM", "chromium"),
-    ) else {
-        eprintln!("SKIPPED: no chromium and chromedriver (apt-get install chromium chromium-driver, or .ci/install-chromium)");
+    let Some((chromedriver, chromium)) = browser_tools() else {
         return;
     };
     let mut cluster = Cluster::start_with(

@@ -15,9 +15,8 @@ import org.junit.jupiter.api.Test;
  * authentication is refused: its map tasks fail and nothing of it is stored.
  */
 @Tag("celeborn-flink")
-class CelebornFlinkAuthTest extends FlinkDriverScenarios {
+class CelebornFlinkAuthTest extends CelebornFlinkDriverTest {
 
-  SwitchyardProcess server;
   double digestsAtStart;
 
   @Override
@@ -30,24 +29,6 @@ class CelebornFlinkAuthTest extends FlinkDriverScenarios {
     server = SwitchyardProcess.startWithCelebornAuth("flink-auth", "256MiB");
     digestsAtStart = CelebornFlinkAuthTest.metric(server, "switchyard_celeborn_auth_total", "result=\"digest\"");
     return server.celebornMasterEndpoint();
-  }
-
-  @Override
-  void stopServers() {
-    if (server != null) {
-      server.close();
-    }
-  }
-
-  @Override
-  String serverLogs() {
-    return (server.isAlive() ? "" : "switchyard is DEAD\n") + server.logTail(40);
-  }
-
-  @Override
-  List<String> adminUrls() {
-    server.assertAlive();
-    return List.of(server.adminUrl());
   }
 
   /** Sum of the samples of {@code metric} whose labels contain {@code label}. */
