@@ -95,9 +95,6 @@ pub struct NodeConfig {
     pub rack: Option<String>,
 }
 
-/// The rack of a node without `node.rack`, as Celeborn names it.
-pub const DEFAULT_RACK: &str = "/default-rack";
-
 /// A rack is 1 to 128 printable ASCII characters without spaces.
 pub fn check_rack(rack: &str) -> Result<(), String> {
     if rack.is_empty() || rack.len() > 128 || !rack.bytes().all(|b| b.is_ascii_graphic()) {

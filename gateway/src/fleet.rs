@@ -114,7 +114,7 @@ impl Fleet for CelebornFleet {
                     free_memory: load.memory_capacity.saturating_sub(load.memory_used),
                     partitions: load.partitions,
                     rack: if w.rack.is_empty() {
-                        crate::config::DEFAULT_RACK.to_string()
+                        switchyard_celeborn::server::fleet::DEFAULT_RACK.to_string()
                     } else {
                         w.rack.clone()
                     },

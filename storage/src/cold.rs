@@ -125,12 +125,17 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// Whether cold writes failed lately. The tier and its retry layer share
 /// it: the first write that has to be retried marks the tier failing, so
-/// other huge partitions spill to disks while that write still tries.
+/// huge partitions spill to disks, and the writes in flight give up at
+/// once (their flushes go to a disk too) instead of waiting out their
+/// retries while their partitions' writers wait for memory.
 pub(crate) struct ColdHealth {
     service: &'static str,
     /// When a cold write last failed; cleared by a successful one.
     failed_at: parking_lot::Mutex<Option<Instant>>,
     cooldown: Duration,
+    /// Failures recorded so far, and a wake-up for writes watching it.
+    failures: AtomicU64,
+    failed: tokio::sync::Notify,
 }
 
 impl ColdHealth {
@@ -139,6 +144,19 @@ impl ColdHealth {
             service: config.backend.service(),
             failed_at: parking_lot::Mutex::new(None),
             cooldown: config.error_cooldown,
+            failures: AtomicU64::new(0),
+            failed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Returns once a failure is recorded after `seen` failures.
+    async fn failed_after(&self, seen: u64) {
+        loop {
+            let notified = self.failed.notified();
+            if self.failures.load(Ordering::Acquire) != seen {
+                return;
+            }
+            notified.await;
         }
     }
 
@@ -149,6 +167,8 @@ impl ColdHealth {
     }
 
     fn record_failure(&self) {
+        self.failures.fetch_add(1, Ordering::AcqRel);
+        self.failed.notify_waiters();
         let was = self.failed_at.lock().replace(Instant::now());
         if was.is_none() {
             tracing::warn!(service = self.service, cooldown = ?self.cooldown, "cold writes fail; huge partitions spill to disks meanwhile");
@@ -332,7 +352,8 @@ impl ColdTier {
         // A non-contiguous buffer over the blocks: no copy into one allocation,
         // and the writer cuts its parts as slices of the same `Bytes`.
         let data: Vec<Bytes> = blocks.iter().map(|b| b.data.clone()).collect();
-        let result = async {
+        let seen = self.health.failures.load(Ordering::Acquire);
+        let upload = async {
             let mut w = self
                 .op
                 .writer_with(data_path)
@@ -357,8 +378,17 @@ impl ColdTier {
             // The index goes last: a readable index implies readable data.
             self.op.write(index_path, index).await?;
             Ok::<_, opendal::Error>(())
-        }
-        .await;
+        };
+        let result = tokio::select! {
+            r = upload => r,
+            // This write's first retry, or another's, marked the tier
+            // failing: stop here, the flush goes to a disk. An unfinished
+            // multipart upload is left to the bucket's lifecycle rule.
+            _ = self.health.failed_after(seen) => Err(opendal::Error::new(
+                opendal::ErrorKind::Unexpected,
+                "the cold tier is failing; the flush goes to a disk",
+            )),
+        };
         match result {
             Ok(()) => {
                 self.health.record_success();

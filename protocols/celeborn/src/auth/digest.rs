@@ -240,9 +240,6 @@ fn response_value(
     )))
 }
 
-/// `key=value` directives, comma-separated, keys case-insensitive, values a
-/// token or a quoted string (`\x` is `x`); a key twice is an error, as in
-/// the JDK's parser.
 /// A DIGEST username is Base64 of the application id.
 fn app_id_of(username: &str) -> Option<String> {
     B64.decode(username)
@@ -250,6 +247,9 @@ fn app_id_of(username: &str) -> Option<String> {
         .and_then(|b| String::from_utf8(b).ok())
 }
 
+/// `key=value` directives, comma-separated, keys case-insensitive, values a
+/// token or a quoted string (`\x` is `x`); a key twice is an error, as in
+/// the JDK's parser.
 fn parse_directives(text: &str) -> Result<HashMap<String, String>, DigestError> {
     let lws = |c: char| matches!(c, ' ' | '\t' | '\r' | '\n');
     let mut out = HashMap::new();

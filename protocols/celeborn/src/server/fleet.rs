@@ -100,7 +100,7 @@ pub fn place(
     mut workers: Vec<Candidate>,
     replicate: bool,
     rack_aware: bool,
-) -> Vec<(WorkerAddr, Slots)> {
+) -> Vec<(Candidate, Slots)> {
     if workers.is_empty() {
         return Vec::new();
     }
@@ -123,13 +123,12 @@ pub fn place(
         slots.entry(primary).or_default().primaries.push(p);
         if replicate && n > 1 {
             let next = |k: usize| (primary + k) % n;
-            let other_rack = (1..n)
-                .map(next)
-                .find(|&j| workers[j].rack != workers[primary].rack);
-            let replica = match other_rack {
-                Some(j) if rack_aware => j,
-                _ => next(1),
+            let other_rack = || {
+                (1..n)
+                    .map(next)
+                    .find(|&j| workers[j].rack != workers[primary].rack)
             };
+            let replica = rack_aware.then(other_rack).flatten().unwrap_or(next(1));
             slots.entry(replica).or_default().replicas.push(p);
         }
     }
@@ -141,21 +140,13 @@ pub fn place(
         .collect();
     slots
         .into_iter()
-        .map(|(i, s)| (workers[i].addr.clone(), s))
+        .map(|(i, s)| (workers[i].clone(), s))
         .chain(
             unchosen
                 .into_iter()
-                .map(|i| (workers[i].addr.clone(), Slots::default())),
+                .map(|i| (workers[i].clone(), Slots::default())),
         )
         .collect()
-}
-
-/// The rack of the worker `unique_id` among `workers`.
-pub fn rack_of<'a>(workers: &'a [Candidate], unique_id: &str) -> &'a str {
-    workers
-        .iter()
-        .find(|w| w.addr.unique_id() == unique_id)
-        .map_or(DEFAULT_RACK, |w| w.rack.as_str())
 }
 
 #[cfg(test)]
@@ -191,7 +182,7 @@ mod tests {
             false,
             false,
         );
-        let hosts: Vec<_> = placed.iter().map(|(a, _)| a.host.as_str()).collect();
+        let hosts: Vec<_> = placed.iter().map(|(a, _)| a.addr.host.as_str()).collect();
         assert_eq!(hosts, ["c", "b", "a"]);
         assert_eq!(placed[0].1.primaries, [0, 3, 6]);
         assert_eq!(placed[1].1.primaries, [1, 4]);
@@ -211,7 +202,7 @@ mod tests {
                 .find(|(_, s)| s.primaries.contains(p))
                 .unwrap();
             let replica = placed.iter().find(|(_, s)| s.replicas.contains(p)).unwrap();
-            assert_ne!(primary.0, replica.0, "partition {p}");
+            assert_ne!(primary.0.addr, replica.0.addr, "partition {p}");
         }
         // One worker: no replicas at all.
         let alone = place(&ids, vec![w("a", 1, 0)], true, false);
@@ -227,7 +218,7 @@ mod tests {
             true,
             false,
         );
-        let hosts: Vec<_> = placed.iter().map(|(a, _)| a.host.as_str()).collect();
+        let hosts: Vec<_> = placed.iter().map(|(a, _)| a.addr.host.as_str()).collect();
         assert_eq!(hosts, ["b", "c", "a"]);
         assert_eq!(placed[0].1.primaries, [7]);
         assert_eq!(placed[1].1.replicas, [7]);
@@ -265,25 +256,24 @@ mod tests {
                 .unwrap();
             let replica = placed.iter().find(|(_, s)| s.replicas.contains(p)).unwrap();
             assert_ne!(
-                rack(&primary.0.host),
-                rack(&replica.0.host),
+                rack(&primary.0.addr.host),
+                rack(&replica.0.addr.host),
                 "partition {p}"
             );
         }
         // Every partition has one copy on the only worker of rack /r2.
-        let c = placed.iter().find(|(a, _)| a.host == "c").unwrap();
+        let c = placed.iter().find(|(a, _)| a.addr.host == "c").unwrap();
         assert_eq!(c.1.primaries.len() + c.1.replicas.len(), 12);
         // Without rack awareness some replicas share /r1 with their primary.
         let plain = place(&ids, workers(), true, false);
-        let c = plain.iter().find(|(a, _)| a.host == "c").unwrap();
+        let c = plain.iter().find(|(a, _)| a.addr.host == "c").unwrap();
         assert!(c.1.primaries.len() + c.1.replicas.len() < 12);
         // One rack only: the replica still goes to another worker.
         let one = place(&ids, vec![w("a", 1, 0), w("b", 1, 0)], true, true);
         for p in &ids {
             let primary = one.iter().find(|(_, s)| s.primaries.contains(p)).unwrap();
             let replica = one.iter().find(|(_, s)| s.replicas.contains(p)).unwrap();
-            assert_ne!(primary.0, replica.0);
+            assert_ne!(primary.0.addr, replica.0.addr);
         }
-        assert_eq!(rack_of(&workers(), &workers()[2].addr.unique_id()), "/r2");
     }
 }

@@ -192,7 +192,7 @@ impl MasterEndpoint {
         }
         let placed = place(
             &r.partition_id_list,
-            candidates.clone(),
+            candidates,
             r.should_replicate,
             r.should_rack_aware,
         );
@@ -231,12 +231,12 @@ impl MasterEndpoint {
         // Each primary's peer is its replica and each replica's its primary.
         let mut primary_at = std::collections::HashMap::new();
         let mut replica_at = std::collections::HashMap::new();
-        for (a, slots) in &placed {
+        for (w, slots) in &placed {
             for &id in &slots.primaries {
-                primary_at.insert(id, a.clone());
+                primary_at.insert(id, w.addr.clone());
             }
             for &id in &slots.replicas {
-                replica_at.insert(id, a.clone());
+                replica_at.insert(id, w.addr.clone());
             }
         }
         let linked = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
@@ -260,16 +260,17 @@ impl MasterEndpoint {
         let spares = placed.len() - workers;
         let worker_resource = placed
             .into_iter()
-            .map(|(a, slots)| {
+            .map(|(w, slots)| {
+                let a = &w.addr;
                 let primary_partitions = slots
                     .primaries
                     .iter()
-                    .map(|&id| location(&a, id, pb_partition_location::Mode::Primary))
+                    .map(|&id| location(a, id, pb_partition_location::Mode::Primary))
                     .collect();
                 let replica_partitions = slots
                     .replicas
                     .iter()
-                    .map(|&id| location(&a, id, pb_partition_location::Mode::Replica))
+                    .map(|&id| location(a, id, pb_partition_location::Mode::Replica))
                     .collect();
                 (
                     a.unique_id(),
@@ -277,8 +278,7 @@ impl MasterEndpoint {
                         primary_partitions,
                         replica_partitions,
                         // A driver's revive keeps replicas rack-aware with it.
-                        network_location: super::fleet::rack_of(&candidates, &a.unique_id())
-                            .to_string(),
+                        network_location: w.rack,
                     },
                 )
             })

@@ -60,13 +60,7 @@ class CelebornAuthTest {
 
   /** Sum of the samples of {@code metric} whose labels contain {@code label}. */
   static double metric(String metric, String label) throws Exception {
-    double sum = 0;
-    for (String line : server.adminGet("/metrics").split("\n")) {
-      if (line.startsWith(metric + "{") && line.contains(label)) {
-        sum += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
-      }
-    }
-    return sum;
+    return SwitchyardProcess.metricSum(server.adminGet("/metrics"), metric, label);
   }
 
   @Test

@@ -33,13 +33,7 @@ class CelebornFlinkAuthTest extends CelebornFlinkDriverTest {
 
   /** Sum of the samples of {@code metric} whose labels contain {@code label}. */
   static double metric(SwitchyardProcess s, String metric, String label) throws Exception {
-    double sum = 0;
-    for (String line : s.adminGet("/metrics").split("\n")) {
-      if (line.startsWith(metric + "{") && line.contains(label)) {
-        sum += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
-      }
-    }
-    return sum;
+    return SwitchyardProcess.metricSum(s.adminGet("/metrics"), metric, label);
   }
 
   /** The scenarios' connections (the worker RPC, pushes, reads) authenticated. */

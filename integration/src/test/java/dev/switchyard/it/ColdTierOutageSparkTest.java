@@ -40,13 +40,7 @@ class ColdTierOutageSparkTest {
 
   /** The sum of {@code name{...op="<op>"...}} in {@code /metrics}. */
   static long counter(SwitchyardProcess server, String name, String op) throws Exception {
-    Matcher m = Pattern.compile("(?m)^" + name + "\\{[^}]*op=\"" + op + "\"[^}]*\\}\\s+(\\S+)$")
-        .matcher(server.adminGet("/metrics"));
-    double sum = 0;
-    while (m.find()) {
-      sum += Double.parseDouble(m.group(1));
-    }
-    return (long) sum;
+    return (long) SwitchyardProcess.metricSum(server.adminGet("/metrics"), name, "op=\"" + op + "\"");
   }
 
   static boolean waitUntil(BooleanSupplier check, long seconds) throws InterruptedException {

@@ -264,12 +264,8 @@ class FleetJobsTest {
         }
       }
       for (int i = 2; i <= 3; i++) {
-        double fetched = 0;
-        for (String l : cluster.adminGet(i, "/metrics").split("\n")) {
-          if (l.startsWith("switchyard_celeborn_auth_total{") && l.contains("result=\"fetched\"")) {
-            fetched += Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1));
-          }
-        }
+        double fetched = SwitchyardProcess.metricSum(
+            cluster.adminGet(i, "/metrics"), "switchyard_celeborn_auth_total", "result=\"fetched\"");
         if (fetched < 1) {
           throw new AssertionError("node " + i + " fetched no secret from the coordinators");
         }

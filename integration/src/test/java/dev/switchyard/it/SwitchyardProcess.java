@@ -361,6 +361,20 @@ public final class SwitchyardProcess implements AutoCloseable {
     return workDir.resolve("data");
   }
 
+  /**
+   * The sum of the samples of {@code metric} in a {@code /metrics} text whose labels contain
+   * {@code label} (e.g. {@code result="digest"}); 0 when there are none.
+   */
+  public static double metricSum(String metricsText, String metric, String label) {
+    double sum = 0;
+    for (String line : metricsText.split("\n")) {
+      if (line.startsWith(metric + "{") && line.contains(label)) {
+        sum += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+      }
+    }
+    return sum;
+  }
+
   /** Bytes of blocks the store has accepted since it started, from {@code /api/v1/status}. */
   public long appendedBytes() {
     try {
