@@ -1,27 +1,97 @@
-//! What Celeborn drivers told this coordinator about their applications:
-//! when each was last seen, which shuffles it unregistered, whether it
-//! ended. Workers holding an application learn it from their heartbeat
-//! replies (Celeborn drivers talk to one master only, and never to the
-//! workers about lifetime).
+//! What Celeborn drivers told the coordinators about their applications:
+//! when each was last seen, which shuffles got slots, which it unregistered,
+//! whether it ended, and who runs it. Workers holding an application learn
+//! it from their heartbeat replies (Celeborn drivers talk to one master
+//! only, and never to the workers about lifetime); coordinators exchange
+//! their books with each other ([`AppBook::merge`], the `SyncApps` call), so
+//! a driver that moves to another master finds its shuffles known there.
 //!
-//! The records only grow (tombstones included) until an application is
-//! forgotten, so replies from several coordinators merge on the worker
-//! without agreement: an application lives while any coordinator saw it
-//! within the timeout; a shuffle or application is removed when any
-//! coordinator holds its tombstone.
+//! Every field is a join: times take the maximum, shuffle sets and
+//! tombstones only grow, app info keeps the newest. Books therefore merge in
+//! any order, any number of times, without agreement: an application lives
+//! while any coordinator saw it within the timeout; a shuffle or application
+//! is removed when any coordinator holds its tombstone.
 
-use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
+use serde::Serialize;
 
-use crate::proto::RemovedShuffle;
+use crate::proto::{AppInfo, AppRecord, RemovedShuffle};
 
-#[derive(Default)]
+/// What one book takes from a peer at most: a peer is authenticated, but a
+/// broken one must not grow this node without bound.
+const MAX_APPS: usize = 100_000;
+const MAX_SHUFFLES_PER_APP: usize = 100_000;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[derive(Default, Clone)]
 struct Entry {
-    last_seen: Option<Instant>,
-    lost: Option<Instant>,
-    removed_shuffles: HashSet<i32>,
+    /// Unix ms of the driver's last word (0: never, only heard of).
+    last_seen_ms: u64,
+    /// Unix ms of ApplicationLost (0: never). Ended while `lost_ms >=
+    /// last_seen_ms`: a driver that speaks again is a new run of the id.
+    lost_ms: u64,
+    registered: BTreeSet<i32>,
+    removed: BTreeSet<i32>,
+    info: Option<AppInfo>,
+}
+
+impl Entry {
+    fn lost(&self) -> bool {
+        self.lost_ms > 0 && self.lost_ms >= self.last_seen_ms
+    }
+
+    fn latest_ms(&self) -> u64 {
+        self.last_seen_ms.max(self.lost_ms)
+    }
+
+    fn merge(&mut self, r: &AppRecord) {
+        self.last_seen_ms = self.last_seen_ms.max(r.last_seen_ms);
+        self.lost_ms = self.lost_ms.max(r.lost_ms);
+        for &s in r.registered_shuffles.iter().take(MAX_SHUFFLES_PER_APP) {
+            if self.registered.len() >= MAX_SHUFFLES_PER_APP {
+                break;
+            }
+            self.registered.insert(s);
+        }
+        for &s in r.removed_shuffles.iter().take(MAX_SHUFFLES_PER_APP) {
+            if self.removed.len() >= MAX_SHUFFLES_PER_APP {
+                break;
+            }
+            self.removed.insert(s);
+        }
+        if let Some(info) = &r.info {
+            if self.info.as_ref().is_none_or(|mine| newer(info, mine)) {
+                self.info = Some(info.clone());
+            }
+        }
+    }
+
+    fn record(&self, app: &str) -> AppRecord {
+        AppRecord {
+            app: app.to_string(),
+            last_seen_ms: self.last_seen_ms,
+            lost_ms: self.lost_ms,
+            registered_shuffles: self.registered.iter().copied().collect(),
+            removed_shuffles: self.removed.iter().copied().collect(),
+            info: self.info.clone(),
+        }
+    }
+}
+
+/// Newest wins; on a tie the larger content, so every book picks the same.
+fn newer(a: &AppInfo, b: &AppInfo) -> bool {
+    fn sorted(i: &AppInfo) -> BTreeMap<&String, &String> {
+        i.extra.iter().collect()
+    }
+    (a.updated_ms, &a.tenant, &a.user, sorted(a)) > (b.updated_ms, &b.tenant, &b.user, sorted(b))
 }
 
 pub struct AppBook {
@@ -39,6 +109,20 @@ pub struct AppNews {
     pub removed_apps: Vec<String>,
 }
 
+/// One application as `/api/v1/cluster` shows the book.
+#[derive(Clone, Debug, Serialize)]
+pub struct AppView {
+    pub app: String,
+    /// `alive`, `silent` (not seen within the timeout) or `lost`.
+    pub state: &'static str,
+    pub last_seen_ms_ago: Option<u64>,
+    /// Shuffles with slots and not unregistered.
+    pub shuffles: Vec<i32>,
+    pub removed_shuffles: usize,
+    /// `tenant.user` from RegisterApplicationInfo, when one came.
+    pub user: Option<String>,
+}
+
 impl AppBook {
     pub fn new(timeout: Duration) -> Self {
         AppBook {
@@ -50,52 +134,100 @@ impl AppBook {
     /// A heartbeat, slot request or registration from the application's driver.
     pub fn seen(&self, app: &str) {
         let mut e = self.apps.entry(app.to_string()).or_default();
-        e.last_seen = Some(Instant::now());
-        // A driver that speaks again after ApplicationLost is a new run of
-        // the same id; its removed shuffles stay removed.
-        e.lost = None;
+        // After ApplicationLost in the same millisecond it must still count
+        // as a new run.
+        let floor = if e.lost_ms > 0 { e.lost_ms + 1 } else { 0 };
+        e.last_seen_ms = e.last_seen_ms.max(now_ms()).max(floor);
+    }
+
+    /// The master gave the shuffle slots (RequestSlots, ReviseLostShuffles).
+    pub fn shuffle_registered(&self, app: &str, shuffle: i32) {
+        self.apps
+            .entry(app.to_string())
+            .or_default()
+            .registered
+            .insert(shuffle);
     }
 
     pub fn shuffle_removed(&self, app: &str, shuffle: i32) {
         self.apps
             .entry(app.to_string())
             .or_default()
-            .removed_shuffles
+            .removed
             .insert(shuffle);
     }
 
     pub fn app_lost(&self, app: &str) {
-        self.apps.entry(app.to_string()).or_default().lost = Some(Instant::now());
+        let mut e = self.apps.entry(app.to_string()).or_default();
+        e.lost_ms = e.lost_ms.max(now_ms()).max(e.last_seen_ms);
+    }
+
+    /// RegisterApplicationInfo: who runs the application.
+    pub fn app_info(&self, app: &str, tenant: &str, user: &str, extra: BTreeMap<String, String>) {
+        let mut e = self.apps.entry(app.to_string()).or_default();
+        let updated_ms = e
+            .info
+            .as_ref()
+            .map_or(0, |i| i.updated_ms + 1)
+            .max(now_ms());
+        e.info = Some(AppInfo {
+            updated_ms,
+            tenant: tenant.to_string(),
+            user: user.to_string(),
+            extra: extra.into_iter().collect(),
+        });
+    }
+
+    /// The shuffles of `app` that got slots and were not unregistered, as a
+    /// driver's heartbeat reply lists them (`registeredShuffles`); none once
+    /// the application is lost.
+    pub fn registered_shuffles(&self, app: &str) -> Vec<i32> {
+        self.apps
+            .get(app)
+            .filter(|e| !e.lost())
+            .map(|e| e.registered.difference(&e.removed).copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// `tenant.user` of an application, when its driver registered its info.
+    pub fn user(&self, app: &str) -> Option<(String, String)> {
+        let e = self.apps.get(app)?;
+        let i = e.info.as_ref()?;
+        Some((i.tenant.clone(), i.user.clone()))
     }
 
     /// Applications seen within the timeout and not lost.
     pub fn alive_count(&self) -> usize {
+        let now = now_ms();
         self.apps
             .iter()
-            .filter(|e| self.is_alive(e.value()))
+            .filter(|e| self.is_alive(e.value(), now))
             .count()
     }
 
-    fn is_alive(&self, e: &Entry) -> bool {
-        e.lost.is_none() && e.last_seen.is_some_and(|t| t.elapsed() < self.timeout)
+    fn is_alive(&self, e: &Entry, now: u64) -> bool {
+        !e.lost()
+            && e.last_seen_ms > 0
+            && now.saturating_sub(e.last_seen_ms) < self.timeout.as_millis() as u64
     }
 
     /// What this coordinator knows of `apps` (a worker's list).
     pub fn news_for<'a>(&self, apps: impl IntoIterator<Item = &'a String>) -> AppNews {
+        let now = now_ms();
         let mut news = AppNews::default();
         for app in apps {
             let Some(e) = self.apps.get(app) else {
                 continue;
             };
-            if e.lost.is_some() {
+            if e.lost() {
                 news.removed_apps.push(app.clone());
                 continue;
             }
-            if self.is_alive(&e) {
+            if self.is_alive(&e, now) {
                 news.alive.push(app.clone());
             }
             news.removed_shuffles
-                .extend(e.removed_shuffles.iter().map(|&shuffle_id| RemovedShuffle {
+                .extend(e.removed.iter().map(|&shuffle_id| RemovedShuffle {
                     app: app.clone(),
                     shuffle_id,
                 }));
@@ -103,13 +235,87 @@ impl AppBook {
         news
     }
 
+    /// The whole book, for a peer.
+    pub fn snapshot(&self) -> Vec<AppRecord> {
+        self.apps
+            .iter()
+            .map(|e| e.value().record(e.key()))
+            .collect()
+    }
+
+    /// Takes in a peer's book. Records older than `retention` are not taken
+    /// back in (this book may have forgotten them already). Returns how many
+    /// applications were new here.
+    pub fn merge(&self, records: &[AppRecord], retention: Duration) -> usize {
+        let horizon = now_ms().saturating_sub(retention.as_millis() as u64);
+        let mut added = 0;
+        for r in records {
+            if r.app.is_empty() || r.app.len() > 512 {
+                continue;
+            }
+            let latest = r.last_seen_ms.max(r.lost_ms);
+            if latest < horizon {
+                continue;
+            }
+            match self.apps.get_mut(&r.app) {
+                Some(mut e) => e.merge(r),
+                None => {
+                    if self.apps.len() >= MAX_APPS {
+                        continue;
+                    }
+                    let mut e = Entry::default();
+                    e.merge(r);
+                    self.apps.insert(r.app.clone(), e);
+                    added += 1;
+                }
+            }
+        }
+        added
+    }
+
+    /// The book for `/api/v1/cluster`, most recently seen first.
+    pub fn view(&self) -> Vec<AppView> {
+        let now = now_ms();
+        let mut v: Vec<(u64, AppView)> = self
+            .apps
+            .iter()
+            .map(|e| {
+                let (app, entry) = (e.key(), e.value());
+                let state = if entry.lost() {
+                    "lost"
+                } else if self.is_alive(entry, now) {
+                    "alive"
+                } else {
+                    "silent"
+                };
+                let view = AppView {
+                    app: app.clone(),
+                    state,
+                    last_seen_ms_ago: (entry.last_seen_ms > 0)
+                        .then(|| now.saturating_sub(entry.last_seen_ms)),
+                    shuffles: entry
+                        .registered
+                        .difference(&entry.removed)
+                        .copied()
+                        .collect(),
+                    removed_shuffles: entry.removed.len(),
+                    user: entry
+                        .info
+                        .as_ref()
+                        .map(|i| format!("{}.{}", i.tenant, i.user)),
+                };
+                (entry.latest_ms(), view)
+            })
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.app.cmp(&b.1.app)));
+        v.into_iter().map(|(_, view)| view).collect()
+    }
+
     /// Forgets applications silent (or lost) for `retention`: by then every
     /// worker has applied their tombstones or expired them itself.
     pub fn prune(&self, retention: Duration) {
-        self.apps.retain(|_, e| {
-            let last = e.lost.or(e.last_seen);
-            last.is_some_and(|t| t.elapsed() < retention)
-        });
+        let horizon = now_ms().saturating_sub(retention.as_millis() as u64);
+        self.apps.retain(|_, e| e.latest_ms() >= horizon);
     }
 
     pub fn len(&self) -> usize {
@@ -128,6 +334,8 @@ mod tests {
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
+
+    const HOUR: Duration = Duration::from_secs(3600);
 
     #[test]
     fn alive_removed_and_lost() {
@@ -159,5 +367,95 @@ mod tests {
         assert_eq!(book.news_for(&s(&["b"])).alive, ["b"]);
         book.prune(Duration::from_millis(100));
         assert_eq!(book.len(), 1, "only b, seen just now, is kept");
+    }
+
+    #[test]
+    fn registered_shuffles_leave_out_tombstones_and_lost_apps() {
+        let book = AppBook::new(HOUR);
+        book.seen("a");
+        for s in [0, 1, 2] {
+            book.shuffle_registered("a", s);
+        }
+        book.shuffle_removed("a", 1);
+        assert_eq!(book.registered_shuffles("a"), [0, 2]);
+        assert!(book.registered_shuffles("other").is_empty());
+        book.app_lost("a");
+        assert!(book.registered_shuffles("a").is_empty());
+        // A new run of the same id: its old tombstones stay.
+        book.seen("a");
+        assert_eq!(book.registered_shuffles("a"), [0, 2]);
+    }
+
+    /// What two coordinators heard separately, merged either way round or
+    /// twice, gives one book: a driver that moved from A to B finds its
+    /// shuffles on B, and a tombstone on either wins.
+    #[test]
+    fn books_merge_in_any_order() {
+        let a = AppBook::new(HOUR);
+        let b = AppBook::new(HOUR);
+        a.seen("app");
+        a.shuffle_registered("app", 1);
+        a.shuffle_registered("app", 2);
+        a.app_info("app", "default", "alice", BTreeMap::new());
+        b.seen("app");
+        b.shuffle_registered("app", 3);
+        b.shuffle_removed("app", 2);
+        b.seen("ended");
+        b.app_lost("ended");
+
+        let snap_a = a.snapshot();
+        let snap_b = b.snapshot();
+        assert_eq!(a.merge(&snap_b, HOUR), 1, "'ended' is new to a");
+        assert_eq!(b.merge(&snap_a, HOUR), 0);
+        // Idempotent and commutative: merging again changes nothing.
+        a.merge(&snap_b, HOUR);
+        b.merge(&snap_a, HOUR);
+        b.merge(&b.snapshot(), HOUR);
+        for book in [&a, &b] {
+            assert_eq!(book.registered_shuffles("app"), [1, 3]);
+            assert_eq!(book.user("app"), Some(("default".into(), "alice".into())));
+            let news = book.news_for(&s(&["app", "ended"]));
+            assert_eq!(news.alive, ["app"]);
+            assert_eq!(news.removed_apps, ["ended"]);
+            assert_eq!(news.removed_shuffles.len(), 1);
+        }
+        let key = |book: &AppBook| {
+            let mut v = book.snapshot();
+            v.sort_by(|x, y| x.app.cmp(&y.app));
+            format!("{v:?}")
+        };
+        assert_eq!(key(&a), key(&b));
+    }
+
+    #[test]
+    fn a_later_driver_word_beats_an_older_tombstone_from_a_peer() {
+        let a = AppBook::new(HOUR);
+        let b = AppBook::new(HOUR);
+        a.seen("app");
+        a.app_lost("app");
+        std::thread::sleep(Duration::from_millis(5));
+        // The same id runs again and talks to b.
+        b.seen("app");
+        b.merge(&a.snapshot(), HOUR);
+        assert_eq!(b.news_for(&s(&["app"])).alive, ["app"]);
+        a.merge(&b.snapshot(), HOUR);
+        assert_eq!(a.news_for(&s(&["app"])).alive, ["app"]);
+    }
+
+    #[test]
+    fn old_records_and_oversized_ids_are_not_taken() {
+        let book = AppBook::new(HOUR);
+        let stale = AppRecord {
+            app: "old".into(),
+            last_seen_ms: now_ms() - 2 * 3600 * 1000,
+            ..Default::default()
+        };
+        let huge = AppRecord {
+            app: "x".repeat(600),
+            last_seen_ms: now_ms(),
+            ..Default::default()
+        };
+        assert_eq!(book.merge(&[stale, huge], HOUR), 0);
+        assert!(book.is_empty());
     }
 }

@@ -30,12 +30,15 @@ pub struct ClusterConfig {
     /// `127.0.0.1:19980` (follows `node.host`).
     pub listen: SocketAddr,
     /// Default both. A node with only `worker` runs no Uniffle coordinator
-    /// and no Celeborn master. Every node is a worker in this version.
+    /// and no Celeborn master; one with only `coordinator` (a fleet's
+    /// coordinator-only node) binds no shuffle server or worker port, stores
+    /// no shuffle data and takes no partitions.
     pub roles: Vec<Role>,
     /// Shared by every node; required when `coordinators` is set. A
     /// heartbeat without it is refused, so nobody can register a worker.
     pub secret: Option<Secret>,
-    /// How often a worker heartbeats each coordinator. Default 3 s.
+    /// How often a worker heartbeats each coordinator, and how often
+    /// coordinators exchange their app books. Default 3 s.
     #[serde(with = "humantime_serde")]
     pub heartbeat_interval: Duration,
     /// A worker silent this long leaves placement and is reported lost.
@@ -48,7 +51,8 @@ pub struct ClusterConfig {
     /// For this long after its start a coordinator refuses drivers (Uniffle
     /// assignments get INTERNAL_ERROR, Celeborn requests an RPC failure), so
     /// that they ask the next coordinator while this one hears from the
-    /// workers. Default 6 s (two heartbeat intervals).
+    /// workers. It also waits until it has exchanged app books with every
+    /// other coordinator once. Default 6 s (two heartbeat intervals).
     #[serde(with = "humantime_serde")]
     pub warmup: Duration,
     /// How often a decommissioning node checks whether any application
@@ -96,10 +100,13 @@ impl ClusterConfig {
 
     /// The checks `switchyard check-config` reports by key.
     pub fn validate(&self) -> Result<(), String> {
-        if !self.has(Role::Worker) {
-            return Err("cluster.roles: every node is a worker in this version (coordinator-only nodes are not supported yet)".into());
+        if self.roles.is_empty() {
+            return Err("cluster.roles: name at least one role (coordinator, worker)".into());
         }
         if !self.is_fleet() {
+            if !self.has(Role::Worker) {
+                return Err("cluster.roles: a coordinator-only node needs workers to place on: set cluster.coordinators (a node alone is always a worker)".into());
+            }
             return Ok(());
         }
         if self.secret.as_ref().is_none_or(|s| s.expose().is_empty()) {
@@ -143,10 +150,22 @@ mod tests {
         fleet.validate().unwrap();
         fleet.coordinators.push("nohost".into());
         assert!(fleet.validate().unwrap_err().contains("\"nohost\""));
-        let coordinator_only = ClusterConfig {
+        // Coordinator-only: in a fleet, not alone.
+        let mut coordinator_only = ClusterConfig {
             roles: vec![Role::Coordinator],
             ..Default::default()
         };
-        assert!(coordinator_only.validate().is_err());
+        assert!(coordinator_only
+            .validate()
+            .unwrap_err()
+            .contains("coordinator-only"));
+        coordinator_only.coordinators = vec!["127.0.0.2:19980".into()];
+        coordinator_only.secret = Some("s3cret".into());
+        coordinator_only.validate().unwrap();
+        let none = ClusterConfig {
+            roles: Vec::new(),
+            ..coordinator_only
+        };
+        assert!(none.validate().is_err());
     }
 }

@@ -23,7 +23,7 @@ pub trait LocalWorker: Send + Sync + 'static {
 }
 
 /// The `cluster.secret` as the metadata value every request carries.
-fn secret_header(config: &ClusterConfig) -> MetadataValue<tonic::metadata::Ascii> {
+pub(crate) fn secret_header(config: &ClusterConfig) -> MetadataValue<tonic::metadata::Ascii> {
     config
         .secret
         .as_ref()
@@ -34,7 +34,7 @@ fn secret_header(config: &ClusterConfig) -> MetadataValue<tonic::metadata::Ascii
 }
 
 /// A coordinator's endpoint, with the cluster's timeouts and source address.
-fn endpoint(
+pub(crate) fn endpoint(
     config: &ClusterConfig,
     coordinator: &str,
 ) -> Result<Endpoint, tonic::transport::Error> {

@@ -5,10 +5,11 @@
 //! in a [`Directory`] (placement input for both protocols) and what Celeborn
 //! drivers tell it in an [`AppBook`] (applications seen, shuffles
 //! unregistered, applications lost), which it returns to the workers that
-//! hold those applications. Nothing here needs agreement between
-//! coordinators: every worker hears from every coordinator, refreshes an
-//! application when any of them saw it, and deletes only on a tombstone
-//! (see `docs/cluster.md`).
+//! hold those applications; coordinators exchange their books with each other
+//! ([`AppSyncer`]). Nothing here needs agreement between coordinators: the
+//! books are joins that merge in any order, every worker hears from every
+//! coordinator, refreshes an application when any of them saw it, and
+//! deletes only on a tombstone (see `docs/cluster.md`).
 //!
 //! This crate knows no shuffle protocol; the gateway maps its records onto
 //! the Uniffle and Celeborn roles.
@@ -19,12 +20,14 @@ pub mod directory;
 pub mod heartbeat;
 pub mod proto;
 pub mod service;
+pub mod sync;
 
 pub use apps::AppBook;
 pub use config::{ClusterConfig, Role};
 pub use directory::{Directory, WorkerView};
 pub use heartbeat::{Heartbeater, LocalWorker, SecretLookup};
 pub use service::{ClusterService, WorkerListener};
+pub use sync::{AppSyncer, APP_BOOK_RETENTION};
 
 /// The newest protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

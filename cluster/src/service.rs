@@ -8,7 +8,10 @@ use tonic::{Request, Response, Status};
 use crate::apps::AppBook;
 use crate::directory::Directory;
 use crate::proto::cluster_server::Cluster;
-use crate::proto::{CelebornSecretReply, CelebornSecretRequest, HeartbeatReply, WorkerHeartbeat};
+use crate::proto::{
+    AppSync, CelebornSecretReply, CelebornSecretRequest, HeartbeatReply, WorkerHeartbeat,
+};
+use crate::sync::APP_BOOK_RETENTION;
 use crate::{PROTOCOL_VERSION, SECRET_HEADER};
 
 /// Told of every accepted heartbeat (the gateway feeds the Uniffle
@@ -56,6 +59,15 @@ impl ClusterService {
     }
 }
 
+/// A version this build does not speak.
+fn version_refused(version: u32) -> Option<Status> {
+    (version == 0 || version > PROTOCOL_VERSION).then(|| {
+        Status::failed_precondition(format!(
+            "cluster protocol version {version} is not spoken here (1..={PROTOCOL_VERSION})"
+        ))
+    })
+}
+
 fn refused(reason: &'static str) {
     metrics::counter!("switchyard_cluster_heartbeats_received_total", "result" => reason)
         .increment(1);
@@ -74,12 +86,9 @@ impl Cluster for ClusterService {
             ));
         }
         let hb = request.into_inner();
-        if hb.protocol_version == 0 || hb.protocol_version > PROTOCOL_VERSION {
+        if let Some(status) = version_refused(hb.protocol_version) {
             refused("version");
-            return Err(Status::failed_precondition(format!(
-                "cluster protocol version {} is not spoken here (1..={PROTOCOL_VERSION})",
-                hb.protocol_version
-            )));
+            return Err(status);
         }
         if hb.node_id.is_empty() || hb.node_id.len() > 128 {
             refused("invalid");
@@ -121,12 +130,9 @@ impl Cluster for ClusterService {
             ));
         }
         let r = request.into_inner();
-        if r.protocol_version == 0 || r.protocol_version > PROTOCOL_VERSION {
+        if let Some(status) = version_refused(r.protocol_version) {
             outcome("version");
-            return Err(Status::failed_precondition(format!(
-                "cluster protocol version {} is not spoken here (1..={PROTOCOL_VERSION})",
-                r.protocol_version
-            )));
+            return Err(status);
         }
         let secret = self.listener.celeborn_secret(&r.app);
         outcome(if secret.is_some() { "found" } else { "unknown" });
@@ -135,6 +141,29 @@ impl Cluster for ClusterService {
             protocol_version: PROTOCOL_VERSION,
             found: secret.is_some(),
             secret: secret.unwrap_or_default(),
+        }))
+    }
+
+    async fn sync_apps(&self, request: Request<AppSync>) -> Result<Response<AppSync>, Status> {
+        if !self.authorised(request.metadata()) {
+            return Err(Status::unauthenticated(
+                "app book exchanges need the cluster secret (cluster.secret)",
+            ));
+        }
+        let sync = request.into_inner();
+        if let Some(status) = version_refused(sync.protocol_version) {
+            return Err(status);
+        }
+        if sync.coordinator_id != self.coordinator_id {
+            let added = self.apps.merge(&sync.apps, APP_BOOK_RETENTION);
+            if added > 0 {
+                tracing::info!(peer = %sync.coordinator_id, added, "applications learnt from a coordinator peer");
+            }
+        }
+        Ok(Response::new(AppSync {
+            protocol_version: PROTOCOL_VERSION,
+            coordinator_id: self.coordinator_id.clone(),
+            apps: self.apps.snapshot(),
         }))
     }
 }

@@ -386,8 +386,11 @@ impl GatewayConfig {
     /// Gives the protocol roles this node's `cluster.roles`.
     pub fn apply_roles(&mut self) {
         let coordinator = self.cluster.has(Role::Coordinator);
+        let worker = self.cluster.has(Role::Worker);
         self.uniffle.coordinator_role = coordinator;
         self.celeborn.master_role = coordinator;
+        self.uniffle.server_role = worker;
+        self.celeborn.worker_role = worker;
         // One liveness view for both protocols: in a fleet, a worker is lost
         // to Uniffle clients when it is lost to Celeborn's.
         if self.cluster.is_fleet() {
@@ -401,6 +404,7 @@ impl GatewayConfig {
         let mut all = vec![("admin.listen", self.admin.listen)];
         let u = &self.uniffle;
         let coordinator = self.cluster.has(Role::Coordinator);
+        let worker = self.cluster.has(Role::Worker);
         if coordinator && self.cluster.is_fleet() {
             all.push(("cluster.listen", self.cluster.listen));
         }
@@ -408,16 +412,18 @@ impl GatewayConfig {
             if coordinator {
                 all.push(("uniffle.coordinator_listen", u.coordinator_listen));
             }
-            all.push(("uniffle.server_grpc_listen", u.server_grpc_listen));
-            if let Some(addr) = u.server_netty_listen {
-                all.push(("uniffle.server_netty_listen", addr));
+            if worker {
+                all.push(("uniffle.server_grpc_listen", u.server_grpc_listen));
+                if let Some(addr) = u.server_netty_listen {
+                    all.push(("uniffle.server_netty_listen", addr));
+                }
             }
         }
         let c = &self.celeborn;
-        if c.enabled {
-            if coordinator {
-                all.push(("celeborn.master_listen", c.master_listen));
-            }
+        if c.enabled && coordinator {
+            all.push(("celeborn.master_listen", c.master_listen));
+        }
+        if c.enabled && worker {
             all.push(("celeborn.worker_rpc_listen", c.worker_rpc_listen));
             all.push(("celeborn.worker_push_listen", c.worker_push_listen));
             all.push(("celeborn.worker_fetch_listen", c.worker_fetch_listen));

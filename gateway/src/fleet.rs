@@ -22,8 +22,23 @@ use switchyard_uniffle::UniffleAddrs;
 
 /// A coordinator's shared state.
 pub struct Coordination {
+    /// The workers that heartbeat this coordinator.
     pub directory: Arc<Directory>,
+    /// What Celeborn drivers told the coordinators (exchanged with peers).
     pub apps: Arc<AppBook>,
+    /// The end of the warm-up's fixed part (`cluster.warmup` after start).
+    pub warm_at: std::time::Instant,
+    /// Set once the app book was exchanged with every peer coordinator.
+    pub synced: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Coordination {
+    /// True while a just-started coordinator hears from the workers and its
+    /// peers: it refuses drivers meanwhile, so that they ask the next one.
+    pub fn warming(&self) -> bool {
+        std::time::Instant::now() < self.warm_at
+            || !self.synced.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Feeds heartbeats into the Uniffle coordinator's server list, once that
@@ -85,12 +100,7 @@ impl switchyard_celeborn::auth::RemoteSecrets for FleetSecrets {
 }
 
 /// The Celeborn master's view of the fleet.
-pub struct CelebornFleet {
-    pub directory: Arc<Directory>,
-    pub apps: Arc<AppBook>,
-    /// The end of the coordinator's warm-up (`cluster.warmup` after start).
-    pub warm_at: std::time::Instant,
-}
+pub struct CelebornFleet(pub Arc<Coordination>);
 
 fn celeborn_addr(c: &CelebornEndpoint) -> WorkerAddr {
     WorkerAddr {
@@ -104,7 +114,8 @@ fn celeborn_addr(c: &CelebornEndpoint) -> WorkerAddr {
 
 impl Fleet for CelebornFleet {
     fn workers(&self) -> Vec<Candidate> {
-        self.directory
+        self.0
+            .directory
             .placeable()
             .into_iter()
             .filter_map(|w| {
@@ -124,11 +135,11 @@ impl Fleet for CelebornFleet {
     }
 
     fn warming(&self) -> bool {
-        std::time::Instant::now() < self.warm_at
+        self.0.warming()
     }
 
     fn knows(&self, unique_id: &str) -> bool {
-        self.directory.live().iter().any(|w| {
+        self.0.directory.live().iter().any(|w| {
             w.celeborn
                 .as_ref()
                 .is_some_and(|c| celeborn_addr(c).unique_id() == unique_id)
@@ -136,7 +147,8 @@ impl Fleet for CelebornFleet {
     }
 
     fn shutting(&self) -> Vec<WorkerAddr> {
-        self.directory
+        self.0
+            .directory
             .decommissioning()
             .iter()
             .filter_map(|w| w.celeborn.as_ref().map(celeborn_addr))
@@ -144,15 +156,33 @@ impl Fleet for CelebornFleet {
     }
 
     fn app_seen(&self, app: &str) {
-        self.apps.seen(app);
+        self.0.apps.seen(app);
+    }
+
+    fn shuffle_registered(&self, app: &str, shuffle: i32) {
+        self.0.apps.shuffle_registered(app, shuffle);
     }
 
     fn shuffle_removed(&self, app: &str, shuffle: i32) {
-        self.apps.shuffle_removed(app, shuffle);
+        self.0.apps.shuffle_removed(app, shuffle);
     }
 
     fn app_lost(&self, app: &str) {
-        self.apps.app_lost(app);
+        self.0.apps.app_lost(app);
+    }
+
+    fn app_info(
+        &self,
+        app: &str,
+        tenant: &str,
+        user: &str,
+        extra: std::collections::BTreeMap<String, String>,
+    ) {
+        self.0.apps.app_info(app, tenant, user, extra);
+    }
+
+    fn registered_shuffles(&self, app: &str) -> Vec<i32> {
+        self.0.apps.registered_shuffles(app)
     }
 }
 

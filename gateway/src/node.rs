@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Serialize;
+use switchyard_celeborn::server::worker::WorkerAddr;
 use switchyard_celeborn::CelebornAddrs;
 use switchyard_uniffle::UniffleAddrs;
 
@@ -167,7 +168,8 @@ pub struct UniffleStatus {
     pub server_id: String,
     /// None without the coordinator role.
     pub coordinator: Option<String>,
-    pub server_grpc: String,
+    /// None on a coordinator-only node.
+    pub server_grpc: Option<String>,
     pub server_netty: Option<String>,
 }
 
@@ -176,12 +178,13 @@ pub struct CelebornStatus {
     /// None without the master role.
     pub master: Option<String>,
     /// Celeborn's worker identity, `host:rpc:push:fetch:replicate`; the wire
-    /// has no field for the node id.
-    pub worker_id: String,
-    pub worker_rpc: String,
-    pub worker_push: String,
-    pub worker_fetch: String,
-    pub worker_replicate: String,
+    /// has no field for the node id. The worker fields are None on a
+    /// coordinator-only node.
+    pub worker_id: Option<String>,
+    pub worker_rpc: Option<String>,
+    pub worker_push: Option<String>,
+    pub worker_fetch: Option<String>,
+    pub worker_replicate: Option<String>,
 }
 
 impl UniffleStatus {
@@ -190,7 +193,7 @@ impl UniffleStatus {
         UniffleStatus {
             server_id: addrs.server_id.id.clone(),
             coordinator: addrs.coordinator.map(|a| host_port(host, a.port())),
-            server_grpc: host_port(host, addrs.server_grpc.port()),
+            server_grpc: addrs.server_grpc.map(|a| host_port(host, a.port())),
             server_netty: addrs.server_netty.map(|a| host_port(host, a.port())),
         }
     }
@@ -198,15 +201,15 @@ impl UniffleStatus {
 
 impl CelebornStatus {
     pub fn new(addrs: &CelebornAddrs) -> Self {
-        let w = &addrs.worker;
-        let at = |port: i32| host_port(&w.host, port as u16);
+        let w = addrs.worker.as_ref();
+        let at = |port: fn(&WorkerAddr) -> i32| w.map(|w| host_port(&w.host, port(w) as u16));
         CelebornStatus {
-            master: addrs.master.map(|a| host_port(&w.host, a.port())),
-            worker_id: w.unique_id(),
-            worker_rpc: at(w.rpc_port),
-            worker_push: at(w.push_port),
-            worker_fetch: at(w.fetch_port),
-            worker_replicate: at(w.replicate_port),
+            master: addrs.master.map(|a| host_port(&addrs.host, a.port())),
+            worker_id: w.map(WorkerAddr::unique_id),
+            worker_rpc: at(|w| w.rpc_port),
+            worker_push: at(|w| w.push_port),
+            worker_fetch: at(|w| w.fetch_port),
+            worker_replicate: at(|w| w.replicate_port),
         }
     }
 }

@@ -11,7 +11,9 @@ use switchyard_celeborn::server::fleet::Fleet;
 use switchyard_celeborn::server::node::FleetFactory;
 use switchyard_celeborn::CelebornNode;
 use switchyard_cluster::proto::cluster_server::ClusterServer;
-use switchyard_cluster::{AppBook, ClusterService, Directory, Heartbeater, Role};
+use switchyard_cluster::{
+    AppBook, AppSyncer, ClusterService, Directory, Heartbeater, Role, APP_BOOK_RETENTION,
+};
 use switchyard_storage::{Secret, Store};
 use switchyard_uniffle::UniffleNode;
 use tokio::net::TcpListener;
@@ -33,10 +35,6 @@ use crate::telemetry::{self, NodeField};
 /// How long in-flight admin requests may take to finish after a shutdown
 /// signal before their connections are dropped.
 const ADMIN_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long a coordinator remembers what Celeborn drivers told it of an
-/// application after it was last seen or lost: past every worker's lease.
-const APP_BOOK_RETENTION: Duration = Duration::from_secs(3600);
 
 /// SIGTERM and SIGINT, registered up front so a signal that arrives while
 /// the store is still opening is not lost (nor fatal).
@@ -129,12 +127,28 @@ pub async fn serve(
     // A coordinator of a fleet places on the workers that heartbeat it;
     // a node alone, on itself.
     let cluster = &config.cluster;
-    let coordination =
-        (cluster.is_fleet() && cluster.has(Role::Coordinator)).then(|| Coordination {
+    let cluster_cancel = CancellationToken::new();
+    // Coordinators exchange their app books; a coordinator warms up until
+    // it has done so once with every peer, and for `cluster.warmup`.
+    let (coordination, syncer) = if cluster.is_fleet() && cluster.has(Role::Coordinator) {
+        let apps = Arc::new(AppBook::new(config.celeborn.app_timeout));
+        let syncer = AppSyncer::start(
+            cluster,
+            identity.id.clone(),
+            apps.clone(),
+            cluster_cancel.clone(),
+        )
+        .context("invalid cluster.coordinators")?;
+        let coordination = Arc::new(Coordination {
             directory: Arc::new(Directory::new(cluster.worker_timeout)),
-            apps: Arc::new(AppBook::new(config.celeborn.app_timeout)),
+            apps,
+            warm_at: Instant::now() + cluster.warmup,
+            synced: syncer.synced(),
         });
-    let warm_at = Instant::now() + cluster.warmup;
+        (Some(coordination), Some(syncer))
+    } else {
+        (None, None)
+    };
     let cluster_listener = match &coordination {
         Some(_) => Some(
             TcpListener::bind(cluster.listen)
@@ -158,11 +172,7 @@ pub async fn serve(
     };
     let celeborn = if config.celeborn.enabled {
         let fleet = coordination.as_ref().map(|c| {
-            let fleet: Arc<dyn Fleet> = Arc::new(CelebornFleet {
-                directory: c.directory.clone(),
-                apps: c.apps.clone(),
-                warm_at,
-            });
+            let fleet: Arc<dyn Fleet> = Arc::new(CelebornFleet(c.clone()));
             Box::new(move |_| fleet) as FleetFactory
         });
         Some(
@@ -175,7 +185,6 @@ pub async fn serve(
         None
     };
 
-    let cluster_cancel = CancellationToken::new();
     let mut cluster_tasks = Vec::new();
     if let (Some(c), Some(listener)) = (&coordination, cluster_listener) {
         let feed = Arc::new(UniffleFeed::default());
@@ -231,7 +240,8 @@ pub async fn serve(
         draining.push(c.worker.draining.clone());
     }
     let decommission = Decommission::new(draining);
-    let heartbeater = if cluster.is_fleet() {
+    // A coordinator-only node is no worker: it heartbeats no one.
+    let heartbeater = if cluster.is_fleet() && cluster.has(Role::Worker) {
         let worker = Arc::new(NodeWorker {
             node_id: identity.id.clone(),
             // Where others reach this node's admin port: node.host when it
@@ -281,8 +291,7 @@ pub async fn serve(
         started,
         node: Arc::new(node_status),
         throughput,
-        directory: coordination.as_ref().map(|c| c.directory.clone()),
-        warm_at: coordination.as_ref().map(|_| warm_at),
+        coordination: coordination.clone(),
         decommission: decommission.clone(),
         token: config.admin.token.clone(),
     });
@@ -349,6 +358,9 @@ pub async fn serve(
     cluster_cancel.cancel();
     if let Some(h) = heartbeater {
         h.stop().await;
+    }
+    if let Some(s) = syncer {
+        s.stop().await;
     }
     for t in cluster_tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;

@@ -827,3 +827,222 @@ fn a_celeborn_secret_registered_on_one_master_authenticates_on_every_worker() {
         "the coordinators answered lookups"
     );
 }
+
+/// A Celeborn master call; panics on an RPC failure.
+async fn master_ask(
+    master: &switchyard_celeborn::client::Connection,
+    message: switchyard_celeborn::TransportMessage,
+) -> switchyard_celeborn::TransportMessage {
+    use switchyard_celeborn::rpc::endpoint;
+    master.ask(endpoint::MASTER, message).await.unwrap()
+}
+
+/// The shuffles master `master` lists in a driver heartbeat reply of `app`.
+async fn registered_shuffles(master: std::net::SocketAddr, app: &str) -> Vec<i32> {
+    use switchyard_celeborn::client::{decode, Connection};
+    use switchyard_celeborn::proto::{
+        MessageType, PbHeartbeatFromApplication, PbHeartbeatFromApplicationResponse,
+    };
+    use switchyard_celeborn::TransportMessage;
+    let conn = Connection::connect(master).await.unwrap();
+    let reply = master_ask(
+        &conn,
+        TransportMessage::new(
+            MessageType::HeartbeatFromApplication,
+            &PbHeartbeatFromApplication {
+                app_id: app.into(),
+                should_response: true,
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    let r: PbHeartbeatFromApplicationResponse = decode(&reply).unwrap();
+    let mut v = r.registered_shuffles;
+    v.sort();
+    v
+}
+
+/// What a Celeborn driver tells one master, the other coordinators know
+/// too (they exchange their app books): shuffles with slots, unregistered
+/// shuffles, the application's user; a coordinator restarted with kill -9
+/// learns them from its peer during its warm-up, before it answers drivers.
+#[test]
+fn coordinators_share_what_drivers_told_them() {
+    use switchyard_celeborn::client::Connection;
+    use switchyard_celeborn::proto::{
+        MessageType, PbRegisterApplicationInfo, PbRequestSlots, PbUnregisterShuffle,
+        PbUserIdentifier,
+    };
+    use switchyard_celeborn::TransportMessage;
+
+    let mut cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            coordinators: vec![1, 2],
+            ..ClusterOptions::default()
+        },
+    );
+    for c in [1, 2] {
+        wait_warm(cluster.node(c));
+    }
+    wait_for("three active workers", Duration::from_secs(20), || {
+        workers(cluster.node(1)).len() == 3
+    });
+    let app = "local-shared-book";
+    let (master1, master2) = (
+        cluster.node(1).celeborn_master(),
+        cluster.node(2).celeborn_master(),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let m1 = Connection::connect(master1).await.unwrap();
+        master_ask(
+            &m1,
+            TransportMessage::new(
+                MessageType::RegisterApplicationInfo,
+                &PbRegisterApplicationInfo {
+                    app_id: app.into(),
+                    user_identifier: Some(PbUserIdentifier {
+                        tenant_id: "t1".into(),
+                        name: "alice".into(),
+                    }),
+                    ..Default::default()
+                },
+            ),
+        )
+        .await;
+        for shuffle_id in [7, 8] {
+            let reply = master_ask(
+                &m1,
+                TransportMessage::new(
+                    MessageType::RequestSlots,
+                    &PbRequestSlots {
+                        application_id: app.into(),
+                        shuffle_id,
+                        partition_id_list: vec![0, 1, 2],
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await;
+            assert_eq!(reply.kind(), Some(MessageType::RequestSlotsResponse));
+        }
+        assert_eq!(registered_shuffles(master1, app).await, [7, 8]);
+    });
+    // Node 2's master never heard of the application; it lists its
+    // shuffles once the books were exchanged (every heartbeat interval).
+    wait_for(
+        "node 2 to know shuffles 7 and 8",
+        Duration::from_secs(10),
+        || rt.block_on(registered_shuffles(master2, app)) == [7, 8],
+    );
+    let book2 = get_json(cluster.node(2), "/api/v1/cluster")["apps"].clone();
+    let entry = book2
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["app"] == app)
+        .unwrap_or_else(|| panic!("{book2}"));
+    assert_eq!(entry["user"], "t1.alice", "{entry}");
+    assert_eq!(entry["state"], "alive", "{entry}");
+
+    // The driver moves to node 2 and unregisters shuffle 7 there: node 1
+    // drops it too (a tombstone wins everywhere).
+    rt.block_on(async {
+        let m2 = Connection::connect(master2).await.unwrap();
+        master_ask(
+            &m2,
+            TransportMessage::new(
+                MessageType::UnregisterShuffle,
+                &PbUnregisterShuffle {
+                    app_id: app.into(),
+                    shuffle_id: 7,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await;
+        assert_eq!(registered_shuffles(master2, app).await, [8]);
+    });
+    wait_for("node 1 to drop shuffle 7", Duration::from_secs(10), || {
+        rt.block_on(registered_shuffles(master1, app)) == [8]
+    });
+
+    // Node 2 is killed and restarted: it warms up until it has pulled node
+    // 1's book, so its first answer to a driver already lists shuffle 8.
+    cluster.kill(2);
+    cluster.restart(2);
+    wait_warm(cluster.node(2));
+    assert_eq!(rt.block_on(registered_shuffles(master2, app)), [8]);
+    let metrics = cluster.node(2).get("/metrics").unwrap().1;
+    assert!(
+        metrics.contains("switchyard_cluster_app_syncs_total"),
+        "node 2 counts its exchanges"
+    );
+}
+
+/// A coordinator-only node (`roles = ["coordinator"]`) binds no shuffle
+/// server or worker port and places both protocols' partitions on the
+/// workers only; it stores nothing itself.
+#[test]
+fn a_coordinator_only_node_places_on_the_workers() {
+    let cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            memory: "128MiB".into(),
+            coordinators: vec![1, 2],
+            coordinator_only: vec![1],
+            ..ClusterOptions::default()
+        },
+    );
+    let status1 = cluster.node(1).status();
+    let node = &status1["node"];
+    assert!(node["uniffle"]["coordinator"].is_string(), "{status1}");
+    assert!(node["uniffle"]["server_grpc"].is_null(), "{status1}");
+    assert!(node["celeborn"]["master"].is_string(), "{status1}");
+    assert!(node["celeborn"]["worker_id"].is_null(), "{status1}");
+    for port in [19997, 19996, 9100, 9101, 9102, 9103] {
+        assert!(
+            std::net::TcpStream::connect(cluster.node(1).addr(port)).is_err(),
+            "node 1 listens on {port}"
+        );
+    }
+    wait_warm(cluster.node(1));
+    wait_for("two active workers", Duration::from_secs(20), || {
+        let w = workers(cluster.node(1));
+        w.len() == 2 && w.iter().all(|(_, s)| s == "active")
+    });
+    let id1 = status1["node"]["id"].as_str().unwrap().to_string();
+    assert!(
+        workers(cluster.node(1)).iter().all(|(id, _)| *id != id1),
+        "the coordinator-only node is no worker"
+    );
+
+    let master = cluster.node(1).celeborn_master().to_string();
+    let coordinator = cluster.node(1).uniffle_coordinator().to_string();
+    let common = ["--size", "16MiB", "--mappers", "2", "--partitions", "8"];
+    let mut args = vec!["celeborn", "--master", &master, "--app", "co-celeborn"];
+    args.extend(common);
+    bench(&args);
+    let mut args = vec![
+        "uniffle",
+        "--coordinator",
+        &coordinator,
+        "--app",
+        "co-uniffle",
+        "--transport",
+        "GRPC_NETTY",
+    ];
+    args.extend(common);
+    bench(&args);
+    for (protocol, app) in [("celeborn", "co-celeborn"), ("uniffle", "co-uniffle")] {
+        assert_eq!(written(cluster.node(1), protocol, app), 0, "{protocol}");
+        for i in [2, 3] {
+            assert!(
+                written(cluster.node(i), protocol, app) > 0,
+                "{protocol} node {i}"
+            );
+        }
+    }
+}

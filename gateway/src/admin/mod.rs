@@ -30,10 +30,9 @@ pub struct AdminState {
     pub started: Instant,
     pub node: Arc<NodeStatus>,
     pub throughput: Arc<ThroughputHistory>,
-    /// The workers this node coordinates (fleet coordinators only).
-    pub directory: Option<Arc<switchyard_cluster::Directory>>,
-    /// The end of this coordinator's warm-up (fleet coordinators only).
-    pub warm_at: Option<Instant>,
+    /// The workers and applications this node coordinates (fleet
+    /// coordinators only).
+    pub coordination: Option<Arc<crate::fleet::Coordination>>,
     pub decommission: Arc<crate::decommission::Decommission>,
     /// `admin.token`: what mutating endpoints require.
     pub token: Option<switchyard_storage::Secret>,
@@ -104,7 +103,7 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
         version: VERSION,
         uptime_seconds: state.started.elapsed().as_secs(),
         node: &state.node,
-        fleet_coordinator: state.directory.is_some(),
+        fleet_coordinator: state.coordination.is_some(),
         decommission: state.decommission.status(),
         storage: state.store.status(),
     })
@@ -115,20 +114,24 @@ async fn status(State(state): State<AdminState>) -> axum::response::Response {
 struct ClusterBody {
     /// This node's id: the coordinator answering.
     coordinator: String,
-    /// True during the coordinator's warm-up (`cluster.warmup`), while it
-    /// refuses drivers.
+    /// True during the coordinator's warm-up (`cluster.warmup`, and until
+    /// it exchanged app books with its peers), while it refuses drivers.
     warming: bool,
     workers: Vec<switchyard_cluster::WorkerView>,
+    /// What Celeborn drivers told the coordinators (this one's book, merged
+    /// with its peers').
+    apps: Vec<switchyard_cluster::apps::AppView>,
 }
 
 /// The workers this coordinator hears from, lost ones included; 404 on a
 /// node that coordinates no fleet.
 async fn cluster(State(state): State<AdminState>) -> axum::response::Response {
-    match &state.directory {
-        Some(d) => Json(ClusterBody {
+    match &state.coordination {
+        Some(c) => Json(ClusterBody {
             coordinator: state.node.id.clone(),
-            warming: state.warm_at.is_some_and(|t| Instant::now() < t),
-            workers: d.views(),
+            warming: c.warming(),
+            workers: c.directory.views(),
+            apps: c.apps.view(),
         })
         .into_response(),
         None => (

@@ -74,6 +74,8 @@ pub struct ClusterOptions {
     pub warmup: String,
     /// `node.rack` of node i+1 (none past the end of the list).
     pub racks: Vec<String>,
+    /// Coordinators (of `coordinators`) that are not workers.
+    pub coordinator_only: Vec<usize>,
 }
 
 /// The cluster secret of fixture fleets.
@@ -87,6 +89,7 @@ impl Default for ClusterOptions {
             extra_toml: String::new(),
             coordinators: Vec::new(),
             racks: Vec::new(),
+            coordinator_only: Vec::new(),
             warmup: "2s".into(),
         }
     }
@@ -427,7 +430,9 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
             .iter()
             .map(|&i| format!("\"127.0.0.{}:19980\"", i + 1))
             .collect();
-        let roles = if options.coordinators.contains(&index) {
+        let roles = if options.coordinator_only.contains(&index) {
+            "[\"coordinator\"]"
+        } else if options.coordinators.contains(&index) {
             "[\"coordinator\", \"worker\"]"
         } else {
             "[\"worker\"]"

@@ -19,6 +19,10 @@ pub struct CelebornConfig {
     /// not a key of its own).
     #[serde(skip, default = "yes")]
     pub master_role: bool,
+    /// Whether this node runs the Worker (its four ports); off on a
+    /// coordinator-only node (`cluster.roles`; not a key of its own).
+    #[serde(skip, default = "yes")]
+    pub worker_role: bool,
     /// The Worker's ports, advertised through the Master.
     pub worker_rpc_listen: SocketAddr,
     pub worker_push_listen: SocketAddr,
@@ -88,6 +92,7 @@ impl Default for CelebornConfig {
             enabled: true,
             master_listen: "127.0.0.1:9097".parse().unwrap(),
             master_role: true,
+            worker_role: true,
             worker_rpc_listen: "127.0.0.1:9100".parse().unwrap(),
             worker_push_listen: "127.0.0.1:9101".parse().unwrap(),
             worker_fetch_listen: "127.0.0.1:9102".parse().unwrap(),

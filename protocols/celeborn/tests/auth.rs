@@ -61,7 +61,7 @@ async fn ask<M: prost::Message + Default>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authenticated_apps_are_served_and_others_refused() {
     let env = start().await;
-    let w = env.node.addrs.worker.clone();
+    let w = env.node.addrs.worker.clone().unwrap();
     let (app, secret) = ("local-1700000000000", "s3cr3t\u{fffd}");
     let key = format!("{app}-0");
 

@@ -225,7 +225,10 @@ impl Lm {
         assert_eq!(slots.status, 0);
         assert_eq!(slots.worker_resource.len(), 1);
         let (worker_id, res) = slots.worker_resource.iter().next().unwrap();
-        assert_eq!(*worker_id, env.node.addrs.worker.unique_id());
+        assert_eq!(
+            *worker_id,
+            env.node.addrs.worker.as_ref().unwrap().unique_id()
+        );
         assert_eq!(res.primary_partitions.len(), partitions as usize);
         let rpc_port: i32 = worker_id.split(':').nth(1).unwrap().parse().unwrap();
         let worker = Connection::connect(addr(rpc_port)).await.unwrap();
@@ -381,7 +384,7 @@ async fn spark_sequence_push_commit_read() {
     let (app, shuffle, partitions, maps) = ("local-1700000000000", 0, 4, 6);
     let lm = Lm::start(&env, app, shuffle, partitions, 1 << 30, 0).await;
     let key = format!("{app}-{shuffle}");
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     let mut expected: HashMap<i32, Vec<(i32, i32)>> = HashMap::new();
@@ -436,7 +439,7 @@ async fn spark_sequence_push_commit_read() {
     assert_eq!(again, committed);
     assert!(env.store.status().tiers.disk > 0);
 
-    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+    let fetch = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
         .await
         .unwrap();
     let files: Vec<String> = ids.iter().map(|u| format!("{u}-0")).collect();
@@ -482,7 +485,7 @@ async fn spark_sequence_push_commit_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_thresholds_answer_soft_and_hard_split() {
     let env = start(16 << 20, 1 << 20).await;
-    let push_addr = addr(env.node.addrs.worker.push_port);
+    let push_addr = addr(env.node.addrs.worker.as_ref().unwrap().push_port);
     // SOFT: written, then the client is told to split.
     let _lm = Lm::start(&env, "app-soft", 0, 1, 1000, 0).await;
     let push = Connection::connect(push_addr).await.unwrap();
@@ -560,7 +563,7 @@ async fn split_thresholds_answer_soft_and_hard_split() {
         "index 0 written"
     );
     // A new epoch of the split partition takes the data.
-    let worker = Connection::connect(addr(env.node.addrs.worker.rpc_port))
+    let worker = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().rpc_port))
         .await
         .unwrap();
     let r = worker
@@ -596,7 +599,7 @@ async fn split_thresholds_answer_soft_and_hard_split() {
 async fn bad_input_gets_errors_and_harms_no_one() {
     let env = start(16 << 20, 1 << 20).await;
     let lm = Lm::start(&env, "app-good", 0, 1, 1 << 30, 0).await;
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     push.push("app-good-0", "0-0", batch(0, 0, 1, b"good data"))
@@ -676,7 +679,7 @@ async fn bad_input_gets_errors_and_harms_no_one() {
         "a Spark push failure is the bare status name: {err}"
     );
     // Opening a stream of something never written.
-    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+    let fetch = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
         .await
         .unwrap();
     let request = TransportMessage::new(
@@ -692,8 +695,8 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     // Garbage frames close only their own connection, on every port.
     for port in [
         env.node.addrs.master.unwrap(),
-        addr(env.node.addrs.worker.push_port),
-        addr(env.node.addrs.worker.fetch_port),
+        addr(env.node.addrs.worker.as_ref().unwrap().push_port),
+        addr(env.node.addrs.worker.as_ref().unwrap().fetch_port),
     ] {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut raw = tokio::net::TcpStream::connect(port).await.unwrap();
@@ -711,8 +714,11 @@ async fn bad_input_gets_errors_and_harms_no_one() {
     // connection closes at once; a data port (16 MiB) waits for the body.
     for (port, closed) in [
         (env.node.addrs.master.unwrap(), true),
-        (addr(env.node.addrs.worker.rpc_port), true),
-        (addr(env.node.addrs.worker.push_port), false),
+        (addr(env.node.addrs.worker.as_ref().unwrap().rpc_port), true),
+        (
+            addr(env.node.addrs.worker.as_ref().unwrap().push_port),
+            false,
+        ),
     ] {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut raw = tokio::net::TcpStream::connect(port).await.unwrap();
@@ -775,14 +781,14 @@ async fn bad_input_gets_errors_and_harms_no_one() {
 async fn abandoned_streams_are_closed() {
     let env = start(16 << 20, 1 << 20).await;
     let lm = Lm::start(&env, "app-idle", 0, 1, 1 << 30, 0).await;
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     push.push("app-idle-0", "0-0", batch(0, 0, 1, b"x"))
         .await
         .unwrap();
     lm.commit(0, vec!["0-0".into()], 1, 1).await;
-    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+    let fetch = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
         .await
         .unwrap();
     let open = TransportMessage::new(
@@ -1014,7 +1020,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     let (app, shuffle, maps, subs) = ("flink-app-1", 3, 3, 6);
     let lm = Lm::start_map(&env, app, shuffle, maps).await;
     let key = format!("{app}-{shuffle}");
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
 
@@ -1123,7 +1129,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
         "spilled and committed to disk"
     );
 
-    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+    let fetch = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
         .await
         .unwrap();
     let mut events = fetch.subscribe();
@@ -1144,7 +1150,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     // hears its first backlog (from the index), and nothing is read for it
     // until its reader grants credit.
     {
-        let idle = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        let idle = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
             .await
             .unwrap();
         let mut ev = idle.subscribe();
@@ -1207,7 +1213,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
 
     // A reader that disconnects mid-stream: its stream goes away with it.
     {
-        let gone = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+        let gone = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
             .await
             .unwrap();
         let mut ev = gone.subscribe();
@@ -1260,7 +1266,7 @@ async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_
     let (app, shuffle, subs) = ("flink-cold-1", 0, 4);
     let lm = Lm::start_map(&env, app, shuffle, 1).await;
     let key = format!("{app}-{shuffle}");
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     let hs = PbPushDataHandShake {
@@ -1287,7 +1293,7 @@ async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_
     let tiers = env.store.status().tiers;
     assert!(tiers.cold > tiers.disk, "mostly cold: {tiers:?}");
 
-    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+    let fetch = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
         .await
         .unwrap();
     let mut events = fetch.subscribe();
@@ -1325,7 +1331,7 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
     let (app, shuffle) = ("app-silent", 0);
     let lm = Lm::start(&env, app, shuffle, 1, 1 << 30, 0).await;
     let key = format!("{app}-{shuffle}");
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     let r = push
@@ -1428,7 +1434,7 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
     assert_eq!(committed.failed_primary_ids, vec!["0-0".to_string()]);
     assert!(committed.committed_primary_ids.is_empty());
     // and a reader gets an error instead of the stream.
-    let fetch = Connection::connect(addr(env.node.addrs.worker.fetch_port))
+    let fetch = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().fetch_port))
         .await
         .unwrap();
     let open = TransportMessage::new(
@@ -1460,7 +1466,7 @@ async fn commit_fails_in_bounded_time_with_no_writable_tier() {
     })
     .await;
     let lm = Lm::start(&env, "app-stuck", 0, 2, 1 << 30, 0).await;
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     for id in ["0-0", "1-0"] {
@@ -1547,7 +1553,7 @@ async fn a_user_at_its_quota_gets_check_quota_false_and_no_slots() {
     let lm = Lm::start(&env, "quota-app", 0, 1, 1 << 30, 0).await;
     assert!(check().await.available);
     assert_eq!(slots(0).await, 0);
-    let push = Connection::connect(addr(env.node.addrs.worker.push_port))
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
     let r = push

@@ -21,6 +21,10 @@ pub struct UniffleConfig {
     /// `cluster.roles`; not a key of its own).
     #[serde(skip, default = "yes")]
     pub coordinator_role: bool,
+    /// Whether this node runs the shuffle server (gRPC and Netty ports);
+    /// off on a coordinator-only node (`cluster.roles`; not a key).
+    #[serde(skip, default = "yes")]
+    pub server_role: bool,
     /// After its start the coordinator answers assignments with
     /// INTERNAL_ERROR for this long, so that clients ask the next
     /// coordinator while this one hears from the servers (the gateway's
@@ -86,6 +90,7 @@ impl Default for UniffleConfig {
             ticket_timeout: Duration::from_secs(60),
             node_timeout: Duration::from_secs(30),
             coordinator_role: true,
+            server_role: true,
             warmup: Duration::ZERO,
             max_servers_per_shuffle: 9,
             client_conf: BTreeMap::from([(

@@ -29,7 +29,8 @@ use crate::server::ShuffleServerCore;
 pub struct UniffleAddrs {
     /// None on a node without the coordinator role.
     pub coordinator: Option<SocketAddr>,
-    pub server_grpc: SocketAddr,
+    /// None on a coordinator-only node (no shuffle server).
+    pub server_grpc: Option<SocketAddr>,
     pub server_netty: Option<SocketAddr>,
     pub server_id: ShuffleServerId,
 }
@@ -104,19 +105,24 @@ impl UniffleNode {
             true => Some(bind("coordinator", config.coordinator_listen).await?),
             false => None,
         };
-        let grpc = bind("shuffle server", config.server_grpc_listen).await?;
-        let netty_listener = match config.server_netty_listen {
-            Some(addr) => Some(bind("netty data plane", addr).await?),
-            None => None,
+        let grpc = match config.server_role {
+            true => Some(bind("shuffle server", config.server_grpc_listen).await?),
+            false => None,
+        };
+        let netty_listener = match (config.server_role, config.server_netty_listen) {
+            (true, Some(addr)) => Some(bind("netty data plane", addr).await?),
+            _ => None,
         };
         let coordinator_addr = coordinator.as_ref().map(|c| c.local_addr().expect("bound"));
-        let grpc_addr = grpc.local_addr().expect("bound");
+        let grpc_addr = grpc.as_ref().map(|g| g.local_addr().expect("bound"));
         let netty_addr = netty_listener
             .as_ref()
             .map(|l| l.local_addr().expect("bound"));
 
         let host = config.advertised_host.clone().unwrap_or_else(|| {
-            let ip = grpc_addr.ip();
+            let ip = grpc_addr
+                .or(coordinator_addr)
+                .map_or(config.server_grpc_listen.ip(), |a| a.ip());
             if ip.is_unspecified() {
                 tracing::warn!("uniffle.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
                 "127.0.0.1".to_string()
@@ -124,14 +130,15 @@ impl UniffleNode {
                 ip.to_string()
             }
         });
+        let grpc_port = grpc_addr.map_or(0, |a| a.port());
         let server_id = ShuffleServerId {
             id: match (&config.server_id, netty_addr) {
                 (Some(id), _) => id.clone(),
-                (None, Some(n)) => format!("{host}-{}-{}", grpc_addr.port(), n.port()),
-                (None, None) => format!("{host}-{}", grpc_addr.port()),
+                (None, Some(n)) => format!("{host}-{grpc_port}-{}", n.port()),
+                (None, None) => format!("{host}-{grpc_port}"),
             },
             ip: host,
-            port: grpc_addr.port() as i32,
+            port: grpc_port as i32,
             netty_port: netty_addr.map(|a| a.port() as i32).unwrap_or(-1),
             jetty_port: 0,
         };
@@ -150,7 +157,7 @@ impl UniffleNode {
         let mut tasks = Vec::new();
 
         // The local server's own heartbeat, straight into the registry.
-        {
+        if grpc.is_some() {
             let nodes = nodes.clone();
             let store = store.clone();
             let id = server_id.clone();
@@ -201,20 +208,22 @@ impl UniffleNode {
             }));
         }
 
-        let server_service = ShuffleServerServer::new(ShuffleServerService::new(core.clone()))
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max);
-        let c = cancel.clone();
-        tasks.push(tokio::spawn(async move {
-            let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-            if let Err(e) = grpc_server()
-                .add_service(server_service)
-                .serve_with_incoming_shutdown(incoming, c.cancelled())
-                .await
-            {
-                tracing::error!(error = %e, "uniffle shuffle server stopped");
-            }
-        }));
+        if let Some(grpc) = grpc {
+            let server_service = ShuffleServerServer::new(ShuffleServerService::new(core.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max);
+            let c = cancel.clone();
+            tasks.push(tokio::spawn(async move {
+                let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                if let Err(e) = grpc_server()
+                    .add_service(server_service)
+                    .serve_with_incoming_shutdown(incoming, c.cancelled())
+                    .await
+                {
+                    tracing::error!(error = %e, "uniffle shuffle server stopped");
+                }
+            }));
+        }
 
         if let Some(listener) = netty_listener {
             tasks.push(tokio::spawn(serve(
@@ -230,7 +239,7 @@ impl UniffleNode {
 
         tracing::info!(
             coordinator = ?coordinator_addr,
-            grpc = %grpc_addr,
+            grpc = ?grpc_addr,
             netty = ?netty_addr,
             id = %server_id.id,
             "uniffle roles listening"

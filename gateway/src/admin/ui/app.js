@@ -55,8 +55,8 @@ function renderStatus(s) {
   ready.textContent = st.ready ? "ready" : "not ready";
   ready.className = "badge " + (st.ready ? "ok" : "bad");
 
-  const uniffle = node.uniffle ? `coordinator ${node.uniffle.coordinator ?? "none"}, server ${node.uniffle.server_grpc}` : "off";
-  const celeborn = node.celeborn ? `master ${node.celeborn.master ?? "none"}, worker ${node.celeborn.worker_id}` : "off";
+  const uniffle = node.uniffle ? `coordinator ${node.uniffle.coordinator ?? "none"}, server ${node.uniffle.server_grpc ?? "none"}` : "off";
+  const celeborn = node.celeborn ? `master ${node.celeborn.master ?? "none"}, worker ${node.celeborn.worker_id ?? "none"}` : "off";
   fill(document.querySelector("#nodes tbody"), [
     el("tr", { "data-node": node.id },
       cell(node.id), cell(s.version), cell(duration(s.uptime_seconds)),

@@ -3,8 +3,10 @@
 //! the cluster's directory; a node alone is its own only worker
 //! ([`Alone`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use dashmap::DashMap;
 
 use super::worker::{WorkerAddr, WorkerState};
 
@@ -38,24 +40,72 @@ pub trait Fleet: Send + Sync + 'static {
         Vec::new()
     }
     /// A driver heartbeat, registration or slot request for `app`.
-    fn app_seen(&self, _app: &str) {}
+    fn app_seen(&self, app: &str);
+    /// The master gave a shuffle slots (RequestSlots, ReviseLostShuffles).
+    fn shuffle_registered(&self, app: &str, shuffle: i32);
     /// The driver unregistered a shuffle.
-    fn shuffle_removed(&self, _app: &str, _shuffle: i32) {}
+    fn shuffle_removed(&self, app: &str, shuffle: i32);
     /// The driver said the application ended.
-    fn app_lost(&self, _app: &str) {}
+    fn app_lost(&self, app: &str);
+    /// RegisterApplicationInfo: the application's user and extra info.
+    fn app_info(&self, _app: &str, _tenant: &str, _user: &str, _extra: BTreeMap<String, String>) {}
+    /// The shuffles of `app` that got slots and were not unregistered (a
+    /// driver heartbeat's `registeredShuffles`: a 0.6+ driver revises the
+    /// ones missing here), from what every coordinator heard.
+    fn registered_shuffles(&self, app: &str) -> Vec<i32>;
 }
 
 /// One process alone: its own worker, when its store can take writes.
-pub struct Alone(pub Arc<WorkerState>);
+pub struct Alone {
+    worker: Arc<WorkerState>,
+    /// Shuffles given slots by this master and not unregistered, per app.
+    registered: DashMap<String, BTreeSet<i32>>,
+}
+
+impl Alone {
+    pub fn new(worker: Arc<WorkerState>) -> Self {
+        Alone {
+            worker,
+            registered: DashMap::new(),
+        }
+    }
+}
 
 impl Fleet for Alone {
+    fn app_seen(&self, _app: &str) {}
+
+    fn shuffle_registered(&self, app: &str, shuffle: i32) {
+        self.registered
+            .entry(app.to_string())
+            .or_default()
+            .insert(shuffle);
+    }
+
+    fn shuffle_removed(&self, app: &str, shuffle: i32) {
+        if let Some(mut s) = self.registered.get_mut(app) {
+            s.remove(&shuffle);
+        }
+    }
+
+    fn app_lost(&self, app: &str) {
+        self.registered.remove(app);
+    }
+
+    fn registered_shuffles(&self, app: &str) -> Vec<i32> {
+        self.registered
+            .get(app)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     fn workers(&self) -> Vec<Candidate> {
-        if !self.0.store.is_ready() || self.0.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        let w = &self.worker;
+        if !w.store.is_ready() || w.draining.load(std::sync::atomic::Ordering::Relaxed) {
             return Vec::new();
         }
-        let b = self.0.store.budget();
+        let b = w.store.budget();
         vec![Candidate {
-            addr: self.0.addr.clone(),
+            addr: w.addr.clone(),
             free_memory: b.capacity().saturating_sub(b.used()),
             partitions: 0,
             rack: DEFAULT_RACK.into(),
@@ -63,7 +113,7 @@ impl Fleet for Alone {
     }
 
     fn knows(&self, unique_id: &str) -> bool {
-        self.0.addr.unique_id() == unique_id
+        self.worker.addr.unique_id() == unique_id
     }
 }
 

@@ -43,6 +43,14 @@ impl Endpoint for MasterEndpoint {
                 let r: PbRegisterApplicationInfo = decode(&tm)?;
                 self.worker.register_app(&r.app_id);
                 self.fleet.app_seen(&r.app_id);
+                if let Some(id) = &r.user_identifier {
+                    self.fleet.app_info(
+                        &r.app_id,
+                        &id.tenant_id,
+                        &id.name,
+                        r.extra_info.clone().into_iter().collect(),
+                    );
+                }
                 self.worker.split_info_apps.insert(r.app_id);
                 Ok(TransportMessage::without_payload(
                     MessageType::OneWayMessageResponse,
@@ -78,6 +86,9 @@ impl Endpoint for MasterEndpoint {
                         status: StatusCode::Success.as_i32(),
                         unknown_workers,
                         shutting_workers,
+                        // From every coordinator's book: a driver that moved
+                        // here from another master finds its shuffles known.
+                        registered_shuffles: self.fleet.registered_shuffles(&r.app_id),
                         check_quota_response: Some(PbCheckQuotaResponse {
                             available: true,
                             reason: String::new(),
@@ -154,6 +165,23 @@ impl Endpoint for MasterEndpoint {
                     MessageType::ApplicationLostResponse,
                     &PbApplicationLostResponse {
                         status: StatusCode::Success.as_i32(),
+                    },
+                ))
+            }
+            Some(MessageType::ReviseLostShuffles) => {
+                // A 0.6+ driver (reviseLostShuffles.enabled) names the shuffles
+                // a heartbeat reply did not list.
+                let r: PbReviseLostShuffles = decode(&tm)?;
+                self.fleet.app_seen(&r.app_id);
+                for &s in &r.lost_shuffles {
+                    self.fleet.shuffle_registered(&r.app_id, s);
+                }
+                tracing::info!(app = %r.app_id, shuffles = ?r.lost_shuffles, "shuffles revised by their driver");
+                Ok(TransportMessage::new(
+                    MessageType::ReviseLostShufflesResponse,
+                    &PbReviseLostShufflesResponse {
+                        success: true,
+                        message: String::new(),
                     },
                 ))
             }
@@ -283,6 +311,8 @@ impl MasterEndpoint {
                 )
             })
             .collect();
+        self.fleet
+            .shuffle_registered(&r.application_id, r.shuffle_id);
         tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, spares, "slots assigned");
         PbRequestSlotsResponse {
             status: StatusCode::Success.as_i32(),

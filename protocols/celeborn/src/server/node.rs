@@ -26,9 +26,21 @@ const STREAM_IDLE: Duration = Duration::from_secs(900);
 
 #[derive(Debug, Clone)]
 pub struct CelebornAddrs {
+    /// The host this node advertises (`celeborn.advertised_host`, else the
+    /// bound IP).
+    pub host: String,
     /// None on a node without the master role.
     pub master: Option<SocketAddr>,
-    pub worker: WorkerAddr,
+    /// None on a coordinator-only node (no worker ports).
+    pub worker: Option<WorkerAddr>,
+}
+
+/// The Worker's four listeners, with the addresses they bound.
+struct WorkerPorts {
+    rpc: (TcpListener, SocketAddr),
+    push: (TcpListener, SocketAddr),
+    fetch: (TcpListener, SocketAddr),
+    replicate: (TcpListener, SocketAddr),
 }
 
 pub struct CelebornNode {
@@ -86,13 +98,21 @@ impl CelebornNode {
             true => Some(bind("master", config.master_listen).await?),
             false => None,
         };
-        let (rpc, rpc_addr) = bind("worker rpc", config.worker_rpc_listen).await?;
-        let (push, push_addr) = bind("worker push", config.worker_push_listen).await?;
-        let (fetch, fetch_addr) = bind("worker fetch", config.worker_fetch_listen).await?;
-        let (replicate, replicate_addr) =
-            bind("worker replicate", config.worker_replicate_listen).await?;
+        let ports = match config.worker_role {
+            true => Some(WorkerPorts {
+                rpc: bind("worker rpc", config.worker_rpc_listen).await?,
+                push: bind("worker push", config.worker_push_listen).await?,
+                fetch: bind("worker fetch", config.worker_fetch_listen).await?,
+                replicate: bind("worker replicate", config.worker_replicate_listen).await?,
+            }),
+            false => None,
+        };
         let host = config.advertised_host.clone().unwrap_or_else(|| {
-            let ip = rpc_addr.ip();
+            let ip = ports
+                .as_ref()
+                .map(|p| p.rpc.1)
+                .or(master.as_ref().map(|m| m.1))
+                .map_or(config.worker_rpc_listen.ip(), |a| a.ip());
             if ip.is_unspecified() {
                 tracing::warn!("celeborn.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
                 "127.0.0.1".to_string()
@@ -100,17 +120,20 @@ impl CelebornNode {
                 ip.to_string()
             }
         });
+        let port = |p: &(TcpListener, SocketAddr)| p.1.port() as i32;
+        // A coordinator-only node's master still keeps application state in
+        // a WorkerState, whose address no one is ever given.
         let addr = WorkerAddr {
             host,
-            rpc_port: rpc_addr.port() as i32,
-            push_port: push_addr.port() as i32,
-            fetch_port: fetch_addr.port() as i32,
-            replicate_port: replicate_addr.port() as i32,
+            rpc_port: ports.as_ref().map_or(0, |p| port(&p.rpc)),
+            push_port: ports.as_ref().map_or(0, |p| port(&p.push)),
+            fetch_port: ports.as_ref().map_or(0, |p| port(&p.fetch)),
+            replicate_port: ports.as_ref().map_or(0, |p| port(&p.replicate)),
         };
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let fleet: Arc<dyn Fleet> = match fleet {
             Some(make) => make(worker.clone()),
-            None => Arc::new(Alone(worker.clone())),
+            None => Arc::new(Alone::new(worker.clone())),
         };
         let max = config.max_frame_size.as_u64() as usize;
         let rpc_max = config.rpc_max_frame_size.as_u64() as usize;
@@ -136,49 +159,57 @@ impl CelebornNode {
                 cancel.clone(),
             )));
         }
-        tasks.extend([
-            tokio::spawn(serve_tls(
-                rpc,
-                RpcPort::new(
-                    super::worker::WorkerEndpoint::new(worker.clone()),
-                    "worker-rpc",
-                    port_auth(&worker, false),
-                ),
-                rpc_max,
-                limits,
-                budget.clone(),
-                tls.clone(),
-                cancel.clone(),
-            )),
-            tokio::spawn(serve_tls(
-                push,
-                PushPort::new(worker.clone(), "push"),
-                max,
-                limits,
-                budget.clone(),
-                tls.clone(),
-                cancel.clone(),
-            )),
-            tokio::spawn(serve_tls(
-                fetch,
-                FetchPort::new(worker.clone()),
-                max,
-                limits,
-                budget.clone(),
-                tls.clone(),
-                cancel.clone(),
-            )),
-            tokio::spawn(serve(
-                replicate,
-                // Worker to worker: Celeborn's replicate port does not
-                // authenticate (the replica pushes carry no application secret).
-                PushPort::new(worker.clone(), "replicate"),
-                max,
-                limits,
-                budget.clone(),
-                cancel.clone(),
-            )),
-        ]);
+        if let Some(WorkerPorts {
+            rpc: (rpc, _),
+            push: (push, _),
+            fetch: (fetch, _),
+            replicate: (replicate, _),
+        }) = ports
+        {
+            tasks.extend([
+                tokio::spawn(serve_tls(
+                    rpc,
+                    RpcPort::new(
+                        super::worker::WorkerEndpoint::new(worker.clone()),
+                        "worker-rpc",
+                        port_auth(&worker, false),
+                    ),
+                    rpc_max,
+                    limits,
+                    budget.clone(),
+                    tls.clone(),
+                    cancel.clone(),
+                )),
+                tokio::spawn(serve_tls(
+                    push,
+                    PushPort::new(worker.clone(), "push"),
+                    max,
+                    limits,
+                    budget.clone(),
+                    tls.clone(),
+                    cancel.clone(),
+                )),
+                tokio::spawn(serve_tls(
+                    fetch,
+                    FetchPort::new(worker.clone()),
+                    max,
+                    limits,
+                    budget.clone(),
+                    tls.clone(),
+                    cancel.clone(),
+                )),
+                tokio::spawn(serve(
+                    replicate,
+                    // Worker to worker: Celeborn's replicate port does not
+                    // authenticate (the replica pushes carry no application secret).
+                    PushPort::new(worker.clone(), "replicate"),
+                    max,
+                    limits,
+                    budget.clone(),
+                    cancel.clone(),
+                )),
+            ]);
+        }
         {
             // Readers that die without BUFFER_STREAM_END leave streams behind.
             let worker = worker.clone();
@@ -193,11 +224,13 @@ impl CelebornNode {
                 }
             }));
         }
-        tracing::info!(master = ?master_addr, worker = %addr.unique_id(), "celeborn roles listening");
+        let worker_addr = config.worker_role.then_some(addr);
+        tracing::info!(master = ?master_addr, worker = ?worker_addr.as_ref().map(WorkerAddr::unique_id), "celeborn roles listening");
         Ok(CelebornNode {
             addrs: CelebornAddrs {
+                host: worker.addr.host.clone(),
                 master: master_addr,
-                worker: addr,
+                worker: worker_addr,
             },
             worker,
             tasks,
