@@ -46,6 +46,11 @@ pub trait FrameMessage: Sized {
     fn is_heartbeat(&self) -> bool {
         false
     }
+    /// The message's kind as the `message` label of `switchyard_rpc_duration_seconds`
+    /// (a handler may name a request more precisely, [`crate::server::Replier::label`]).
+    fn kind_name(&self) -> &'static str {
+        "frame"
+    }
 }
 
 struct FrameHeader<K> {

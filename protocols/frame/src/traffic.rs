@@ -14,6 +14,22 @@ pub const FETCHED_BYTES: &str = "switchyard_fetched_bytes_total";
 pub const REQUESTS: &str = "switchyard_requests_total";
 /// Time from a request's arrival to its answer (`protocol`, `op`).
 pub const REQUEST_SECONDS: &str = "switchyard_request_duration_seconds";
+/// Every request of every port, control RPCs included: from its frame's arrival
+/// (its header read) to its reply written to the socket, or from a gRPC call's
+/// arrival to its response (`protocol`, `port`, `message`).
+pub const RPC_SECONDS: &str = "switchyard_rpc_duration_seconds";
+
+/// Records one request of [`RPC_SECONDS`].
+pub fn rpc_answered(
+    protocol: &'static str,
+    port: &'static str,
+    message: impl Into<metrics::SharedString>,
+    took: std::time::Duration,
+) {
+    let message = message.into();
+    metrics::histogram!(RPC_SECONDS, "protocol" => protocol, "port" => port, "message" => message)
+        .record(took.as_secs_f64());
+}
 
 /// The wire a request came in on, as operators tell them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@ pub mod error;
 pub mod netty;
 pub mod node;
 pub mod proto;
+pub mod rpc_timing;
 pub mod server;
 
 pub use config::UniffleConfig;

@@ -20,6 +20,7 @@ use crate::coordinator::{CoordinatorService, NodeRegistry, VERSION_TAG};
 use crate::proto::coordinator_server_server::CoordinatorServerServer;
 use crate::proto::shuffle_server_server::ShuffleServerServer;
 use crate::proto::ShuffleServerId;
+use crate::rpc_timing::RpcTimingLayer;
 use crate::server::grpc::ShuffleServerService;
 use crate::server::netty::NettyPort;
 use crate::server::ShuffleServerCore;
@@ -199,6 +200,9 @@ impl UniffleNode {
             tasks.push(tokio::spawn(async move {
                 let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));
                 if let Err(e) = grpc_server()
+                    .layer(RpcTimingLayer {
+                        port: "coordinator",
+                    })
                     .add_service(coordinator_service)
                     .serve_with_incoming_shutdown(incoming, c.cancelled())
                     .await
@@ -216,6 +220,7 @@ impl UniffleNode {
             tasks.push(tokio::spawn(async move {
                 let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
                 if let Err(e) = grpc_server()
+                    .layer(RpcTimingLayer { port: "grpc" })
                     .add_service(server_service)
                     .serve_with_incoming_shutdown(incoming, c.cancelled())
                     .await

@@ -39,6 +39,9 @@ impl FrameMessage for Message {
     fn is_heartbeat(&self) -> bool {
         matches!(self, Message::Heartbeat)
     }
+    fn kind_name(&self) -> &'static str {
+        self.message_type().name()
+    }
 }
 
 impl Message {

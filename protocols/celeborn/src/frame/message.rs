@@ -66,6 +66,21 @@ pub enum MessageType {
 }
 
 impl MessageType {
+    /// The name a request of this type has in metrics.
+    pub fn name(self) -> &'static str {
+        use MessageType::*;
+        match self {
+            ChunkFetchRequest => "ChunkFetchRequest",
+            RpcRequest => "RpcRequest",
+            OneWayMessage => "OneWayMessage",
+            PushData => "PushData",
+            PushMergedData => "PushMergedData",
+            ReadAddCredit => "ReadAddCredit",
+            BufferStreamEnd => "BufferStreamEnd",
+            _ => "other",
+        }
+    }
+
     /// The type for a header's type byte.
     pub fn from_id(id: u8) -> Result<Self, FrameError> {
         use MessageType::*;

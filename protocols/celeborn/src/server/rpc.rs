@@ -138,11 +138,13 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
             Err(e) => Err(CelebornError::Undecodable(e.to_string())),
             Ok(request) => match request.content {
                 RpcContent::CheckExistence { name } => {
+                    replier.label("CHECK_EXISTENCE");
                     let exists = name == self.endpoint.name();
                     tracing::debug!(port = self.port, name, exists, "endpoint lookup");
                     Ok(encode_boolean(exists))
                 }
                 RpcContent::TransportMessage(tm) => {
+                    replier.label(tm.kind().map_or("UNKNOWN", |k| k.as_str_name()));
                     if request.endpoint != self.endpoint.name()
                         && request.endpoint != endpoint::VERIFIER
                     {
@@ -164,6 +166,7 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
             e.count(self.port);
         }
         let Some(request_id) = request_id else {
+            replier.no_reply();
             if let Err(e) = reply {
                 if let Some(suppressed) = FAILED_LOG.allow() {
                     tracing::warn!(port = self.port, error = %e, suppressed, "one-way message failed");

@@ -107,12 +107,43 @@ async fn take(
     (!closed.is_cancelled()).then_some(permits)
 }
 
+/// A request being answered: when its frame arrived and what it is. Its first reply
+/// written to the socket (or the end of its handling, for a request without a reply)
+/// records `switchyard_rpc_duration_seconds`.
+struct Timing {
+    labels: Labels,
+    arrived: Instant,
+    /// The frame's kind, unless the handler named the request ([`Replier::label`]).
+    kind: &'static str,
+    label: std::sync::OnceLock<&'static str>,
+    recorded: std::sync::atomic::AtomicBool,
+}
+
+impl Timing {
+    fn answered(&self) {
+        if !self
+            .recorded
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let message = self.label.get().copied().unwrap_or(self.kind);
+            crate::traffic::rpc_answered(
+                self.labels.protocol,
+                self.labels.port,
+                message,
+                self.arrived.elapsed(),
+            );
+        }
+    }
+}
+
 /// A reply on its way to the socket, with what it holds until written.
 struct Reply<M> {
     message: M,
     _bytes: Option<ReplyBytes>,
     /// Keeps the connection from counting as idle while the reply waits.
     _alive: Arc<()>,
+    /// The request it answers, when it answers one.
+    timing: Option<Arc<Timing>>,
 }
 
 /// Sends frames back on the connection a request came from, in the order they are sent.
@@ -124,6 +155,8 @@ pub struct Replier<M> {
     /// the reader's own is left (no handler, no stream, no reply in flight).
     alive: Arc<()>,
     session: Arc<Session>,
+    /// The request this replier answers (none for the connection's own).
+    timing: Option<Arc<Timing>>,
 }
 
 impl<M> Clone for Replier<M> {
@@ -134,6 +167,7 @@ impl<M> Clone for Replier<M> {
             pools: self.pools.clone(),
             alive: self.alive.clone(),
             session: self.session.clone(),
+            timing: self.timing.clone(),
         }
     }
 }
@@ -164,12 +198,47 @@ impl<M: FrameMessage> Replier<M> {
             message,
             _bytes: bytes,
             _alive: self.alive.clone(),
+            timing: self.timing.clone(),
         };
         !self.closed.is_cancelled() && self.tx.send(reply).await.is_ok()
     }
 }
 
 impl<M> Replier<M> {
+    /// Names the request this replier answers in `switchyard_rpc_duration_seconds` (a
+    /// Celeborn RPC's message type, known once its body is decoded); the frame's kind
+    /// otherwise. The first name given counts.
+    pub fn label(&self, message: &'static str) {
+        if let Some(t) = &self.timing {
+            let _ = t.label.set(message);
+        }
+    }
+
+    /// Records a request that gets no reply (a one-way message) as answered now.
+    pub fn no_reply(&self) {
+        if let Some(t) = &self.timing {
+            t.answered();
+        }
+    }
+
+    /// This replier for one request whose frame header was read at `arrived`.
+    fn for_request(&self, labels: Labels, kind: &'static str, arrived: Instant) -> Self {
+        Replier {
+            tx: self.tx.clone(),
+            closed: self.closed.clone(),
+            pools: self.pools.clone(),
+            alive: self.alive.clone(),
+            session: self.session.clone(),
+            timing: Some(Arc::new(Timing {
+                labels,
+                arrived,
+                kind,
+                label: std::sync::OnceLock::new(),
+                recorded: Default::default(),
+            })),
+        }
+    }
+
     /// Reserves `bytes` of reply room, waiting while this connection's (or every
     /// connection's) unwritten replies fill it; None when the connection is gone. A
     /// handler that reads data for a reply reserves first, so data is read only for
@@ -269,6 +338,7 @@ pub(super) async fn run<M, H>(
         )),
         alive: Arc::new(()),
         session: Arc::default(),
+        timing: None,
     };
     let handlers = TaskTracker::new();
     let reader = Reader {
@@ -320,7 +390,7 @@ async fn read_frames<M, H>(
             _ = closed.cancelled() => return,
             slot = in_flight.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
         };
-        let (message, bytes) = match reader.next(replier).await {
+        let (message, bytes, arrived) = match reader.next(replier).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
             Err(end) => {
@@ -331,13 +401,14 @@ async fn read_frames<M, H>(
         if message.is_heartbeat() {
             continue;
         }
+        let request = replier.for_request(reader.labels, message.kind_name(), arrived);
         if handler.ordered(&message) {
-            handler.clone().handle(message, replier.clone()).await;
+            handler.clone().handle(message, request).await;
             drop(bytes);
             continue;
         }
         let handler = handler.clone();
-        let replier = replier.clone();
+        let replier = request;
         handlers.spawn(async move {
             handler.handle(message, replier).await;
             drop(bytes);
@@ -414,12 +485,12 @@ impl<E: fmt::Display> ReadEnd<E> {
 }
 
 impl<M: FrameMessage> Reader<M> {
-    /// The next frame and the bytes it holds in the incoming pools; None at a clean
-    /// EOF or when the connection is closed.
+    /// The next frame, the bytes it holds in the incoming pools and when its header
+    /// was read; None at a clean EOF or when the connection is closed.
     async fn next(
         &mut self,
         replier: &Replier<M>,
-    ) -> Result<Option<(M, HeldBytes)>, ReadEnd<M::Error>> {
+    ) -> Result<Option<(M, HeldBytes, Instant)>, ReadEnd<M::Error>> {
         let closed = replier.closed().clone();
         // The header: between frames the connection may idle, but not for ever while
         // nothing of it is in flight; once a header has begun it must complete.
@@ -456,6 +527,7 @@ impl<M: FrameMessage> Reader<M> {
                 };
             }
         }
+        let arrived = Instant::now();
         let frame_len = self
             .codec
             .frame_len(&self.buf[..HEADER_LEN])
@@ -488,7 +560,7 @@ impl<M: FrameMessage> Reader<M> {
             }
         }
         match self.codec.decode(&mut self.buf) {
-            Ok(Some(message)) => Ok(Some((message, bytes))),
+            Ok(Some(message)) => Ok(Some((message, bytes, arrived))),
             Ok(None) => unreachable!("a whole frame is buffered"),
             Err(e) => Err(ReadEnd::Frame(e)),
         }
@@ -542,7 +614,12 @@ async fn write_replies<M>(
             written = tokio::time::timeout(frame_timeout, written) => written,
         };
         match written {
-            Ok(Ok(())) => drop(reply),
+            Ok(Ok(())) => {
+                if let Some(t) = &reply.timing {
+                    t.answered();
+                }
+                drop(reply)
+            }
             Ok(Err(e)) => {
                 closed.cancel();
                 tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "write failed");

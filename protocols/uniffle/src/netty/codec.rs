@@ -37,6 +37,9 @@ impl FrameMessage for Message {
     fn encode_fields(&self, dst: &mut BytesMut) -> Result<(), CodecError> {
         Message::encode_fields(self, dst)
     }
+    fn kind_name(&self) -> &'static str {
+        self.message_type().name()
+    }
 }
 
 impl Message {

@@ -54,6 +54,21 @@ pub enum MessageType {
 }
 
 impl MessageType {
+    /// The name a request of this type has in metrics.
+    pub fn name(self) -> &'static str {
+        use MessageType::*;
+        match self {
+            SendShuffleDataRequest => "sendShuffleData",
+            GetLocalShuffleIndexRequest => "getLocalShuffleIndex",
+            GetLocalShuffleDataRequest => "getLocalShuffleData",
+            GetMemoryShuffleDataRequest => "getMemoryShuffleData",
+            GetSortedShuffleDataRequest => "getSortedShuffleData",
+            GetLocalShuffleDataV2Request => "getLocalShuffleDataV2",
+            GetLocalShuffleDataV3Request => "getLocalShuffleDataV3",
+            _ => "other",
+        }
+    }
+
     /// The type for a header's type byte.
     pub fn from_id(id: u8) -> Result<Self, CodecError> {
         use MessageType::*;
