@@ -1,5 +1,6 @@
-//! One accepted connection: this task reads frames and starts handlers, a writer task
-//! sends their replies.
+//! One accepted connection: this task reads frames and runs their handlers (a handler
+//! that has to wait goes on in a task of its own); replies go out through the
+//! connection's [`Outbox`].
 //!
 //! What a connection may hold is bounded before it is allocated: a frame's bytes are
 //! taken from the connection's and the protocol's incoming pools when its header
@@ -15,26 +16,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncRead;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
+use super::outbox::{Outbox, WriteHalf};
 use super::session::Session;
 use tokio_util::task::TaskTracker;
 
 use super::limits::{ConnectionLimits, Pool, TransportBudget};
 use super::{Handler, Labels};
 use crate::log_limit::{self, LogLimiter};
-use crate::{frame_parts, FrameCodec, FrameMessage, HEADER_LEN};
+use crate::{FrameCodec, FrameMessage, HEADER_LEN};
 
 /// Replies queued for one connection's socket. A handler that finds the queue full
 /// waits, holding its in-flight slot, so a client that does not read its replies stops
 /// being read too.
-const REPLY_QUEUE: usize = 128;
+pub(super) const REPLY_QUEUE: usize = 128;
 
 /// What the reader asks the socket for while it waits for a header.
 const HEADER_READ: usize = 8 << 10;
@@ -50,7 +52,7 @@ const SMALL_FRAME: usize = 64 << 10;
 
 /// Client-caused warnings, rate-limited (the counters count every event).
 static BAD_FRAME_LOG: LogLimiter = log_limit::client_caused();
-static TIMEOUT_LOG: LogLimiter = log_limit::client_caused();
+pub(super) static TIMEOUT_LOG: LogLimiter = log_limit::client_caused();
 
 /// Bytes taken from a connection's pool and its protocol's pool, given back on drop.
 #[derive(Debug)]
@@ -137,18 +139,29 @@ impl Timing {
 }
 
 /// A reply on its way to the socket, with what it holds until written.
-struct Reply<M> {
-    message: M,
+pub(super) struct Reply<M> {
+    pub(super) message: M,
     _bytes: Option<ReplyBytes>,
+    /// Its place in the connection's reply queue.
+    _place: OwnedSemaphorePermit,
     /// Keeps the connection from counting as idle while the reply waits.
     _alive: Arc<()>,
     /// The request it answers, when it answers one.
     timing: Option<Arc<Timing>>,
 }
 
+impl<M> Reply<M> {
+    /// Written to the socket: the request it answers is timed.
+    pub(super) fn answered(&self) {
+        if let Some(t) = &self.timing {
+            t.answered();
+        }
+    }
+}
+
 /// Sends frames back on the connection a request came from, in the order they are sent.
 pub struct Replier<M> {
-    tx: mpsc::Sender<Reply<M>>,
+    outbox: Arc<Outbox<M>>,
     closed: CancellationToken,
     pools: Arc<(Pool, Pool)>,
     /// One count per live replier or queued reply: the connection is idle when only
@@ -162,7 +175,7 @@ pub struct Replier<M> {
 impl<M> Clone for Replier<M> {
     fn clone(&self) -> Self {
         Replier {
-            tx: self.tx.clone(),
+            outbox: self.outbox.clone(),
             closed: self.closed.clone(),
             pools: self.pools.clone(),
             alive: self.alive.clone(),
@@ -172,7 +185,10 @@ impl<M> Clone for Replier<M> {
     }
 }
 
-impl<M: FrameMessage> Replier<M> {
+impl<M: FrameMessage + Send + 'static> Replier<M>
+where
+    M::Error: fmt::Display,
+{
     /// Queues a frame, first taking its body's bytes from the reply pools (waiting
     /// while they are full); false when the connection is gone.
     pub async fn send(&self, message: M) -> bool {
@@ -194,13 +210,17 @@ impl<M: FrameMessage> Replier<M> {
     }
 
     async fn queue(&self, message: M, bytes: Option<ReplyBytes>) -> bool {
+        let Some(place) = self.outbox.place().await else {
+            return false;
+        };
         let reply = Reply {
             message,
             _bytes: bytes,
+            _place: place,
             _alive: self.alive.clone(),
             timing: self.timing.clone(),
         };
-        !self.closed.is_cancelled() && self.tx.send(reply).await.is_ok()
+        self.outbox.push(reply).await
     }
 }
 
@@ -224,7 +244,7 @@ impl<M> Replier<M> {
     /// This replier for one request whose frame header was read at `arrived`.
     fn for_request(&self, labels: Labels, kind: &'static str, arrived: Instant) -> Self {
         Replier {
-            tx: self.tx.clone(),
+            outbox: self.outbox.clone(),
             closed: self.closed.clone(),
             pools: self.pools.clone(),
             alive: self.alive.clone(),
@@ -261,7 +281,6 @@ impl<M> Replier<M> {
 }
 
 type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
-type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// An accepted connection, in plain TCP or TLS, split for the reader and
 /// the writer.
@@ -320,17 +339,16 @@ pub(super) async fn run<M, H>(
     let labels = Labels::of::<M, H>(&handler);
     let Stream { read, write } = stream;
     let closed = cancel.child_token();
-    let (tx, rx) = mpsc::channel(REPLY_QUEUE);
-    let writer = tokio::spawn(write_replies(
+    let outbox = Outbox::new(
         write,
-        rx,
+        REPLY_QUEUE,
         closed.clone(),
         limits.frame_timeout,
         labels,
         peer,
-    ));
+    );
     let replier = Replier {
-        tx,
+        outbox: outbox.clone(),
         closed: closed.clone(),
         pools: Arc::new((
             Pool::new(limits.max_reply_bytes_per_connection),
@@ -362,11 +380,10 @@ pub(super) async fn run<M, H>(
         limits.max_in_flight_per_connection.get(),
     )
     .await;
-    closed.cancel();
     drop(replier);
-    // The socket is closed once the writer is done; the connection (and its slot in
-    // the port's limit) lasts until its handlers are.
-    let _ = writer.await;
+    // The socket is closed now; the connection (and its slot in the port's limit)
+    // lasts until its handlers are.
+    outbox.shut().await;
     handlers.close();
     handlers.wait().await;
 }
@@ -408,12 +425,19 @@ async fn read_frames<M, H>(
             continue;
         }
         let handler = handler.clone();
-        let replier = request;
-        handlers.spawn(async move {
-            handler.handle(message, replier).await;
+        let mut handling = Box::pin(async move {
+            handler.handle(message, request).await;
             drop(bytes);
             drop(slot);
         });
+        // Most requests are answered without waiting (a push appended to memory, a
+        // control RPC): run them here, and give a task of its own only to one that
+        // waits (for the store, the disk, a peer). A task per request would put a
+        // scheduler hop between every frame and its reply, which a client with a
+        // bounded number of requests in flight pays in throughput.
+        if futures::poll!(handling.as_mut()).is_pending() {
+            handlers.spawn(handling);
+        }
     }
 }
 
@@ -565,80 +589,4 @@ impl<M: FrameMessage> Reader<M> {
             Err(e) => Err(ReadEnd::Frame(e)),
         }
     }
-}
-
-/// Writes replies, header and body each from its own buffer: a body (a chunk, a
-/// memory read) is never copied into a frame buffer. A reply not written within
-/// `frame_timeout` (the peer stopped reading) closes the connection.
-async fn write_replies<M>(
-    mut write: WriteHalf,
-    mut rx: mpsc::Receiver<Reply<M>>,
-    closed: CancellationToken,
-    frame_timeout: Duration,
-    labels: Labels,
-    peer: SocketAddr,
-) where
-    M: FrameMessage,
-    M::Error: fmt::Display,
-{
-    loop {
-        let reply = tokio::select! {
-            _ = closed.cancelled() => break,
-            reply = rx.recv() => match reply {
-                Some(r) => r,
-                None => break,
-            },
-        };
-        let (head, body) = match frame_parts(&reply.message) {
-            Ok(parts) => parts,
-            Err(e) => {
-                // The client would wait for this reply until its timeout: close instead,
-                // so it fails (and retries) now.
-                tracing::error!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "cannot encode a reply; closing the connection");
-                metrics::counter!("switchyard_reply_encode_errors_total", "protocol" => labels.protocol, "port" => labels.port)
-                    .increment(1);
-                break;
-            }
-        };
-        let written = async {
-            write.write_all(&head).await?;
-            if !body.is_empty() {
-                write.write_all(&body).await?;
-            }
-            // TLS keeps records until flushed (a no-op on plain TCP).
-            write.flush().await?;
-            Ok::<_, io::Error>(())
-        };
-        let written = tokio::select! {
-            _ = closed.cancelled() => break,
-            written = tokio::time::timeout(frame_timeout, written) => written,
-        };
-        match written {
-            Ok(Ok(())) => {
-                if let Some(t) = &reply.timing {
-                    t.answered();
-                }
-                drop(reply)
-            }
-            Ok(Err(e)) => {
-                closed.cancel();
-                tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, error = %e, "write failed");
-                break;
-            }
-            Err(_) => {
-                closed.cancel();
-                metrics::counter!("switchyard_connection_timeouts_total", "protocol" => labels.protocol, "port" => labels.port, "kind" => "write")
-                    .increment(1);
-                if let Some(suppressed) = TIMEOUT_LOG.allow() {
-                    tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, suppressed, "reply not taken in time; closing the connection");
-                }
-                break;
-            }
-        }
-    }
-    // Stops the reader too: a connection that cannot answer takes no more requests.
-    closed.cancel();
-    // Queued replies give their bytes back now, not when the last sender is gone.
-    rx.close();
-    while rx.try_recv().is_ok() {}
 }

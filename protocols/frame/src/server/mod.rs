@@ -2,10 +2,12 @@
 //! Uniffle's Netty data plane), generic over a protocol's [`FrameMessage`].
 //!
 //! [`serve`] accepts connections until its token is cancelled. Per connection:
-//! - a reader decodes frames and hands each to the port's [`Handler`] in a task of its
+//! - a reader decodes frames and runs the port's [`Handler`] on each at once; a
+//!   handler that has to wait (for the store, the disk, a peer) goes on in a task of its
 //!   own, so requests run concurrently and are answered in completion order (clients
-//!   match replies by request id). A frame the handler marks [`Handler::ordered`] is
-//!   handled inline instead, before the next frame is read;
+//!   match replies by request id), while one that completes at once (a push appended to
+//!   memory) costs no scheduler hop. A frame the handler marks [`Handler::ordered`] is
+//!   handled to its end before the next frame is read;
 //! - at most `max_in_flight_per_connection` handlers run at once; at that bound the
 //!   reader stops reading the socket until one finishes (backpressure through TCP, not
 //!   a queue in memory). Ordered frames count too; heartbeats are dropped unhandled;
@@ -23,8 +25,9 @@
 //!   (slowloris), a reply must be written within it (a peer that stopped reading), and
 //!   a connection with nothing in flight that sends nothing for `idle_timeout` is
 //!   closed; each counted in `switchyard_connection_timeouts_total{kind}`;
-//! - a writer task sends what handlers give their [`Replier`], header and body from
-//!   their own buffers.
+//! - replies go out through the connection's outbox: the task that queues one writes
+//!   it unless another is writing (which then takes it along), small frames of a batch
+//!   gathered into one write, large bodies from their own buffers; see `outbox.rs`.
 //!
 //! Limits and failures, the same for every protocol:
 //! - **connection limit**: a port holds at most `max_connections`, and at most
@@ -48,6 +51,7 @@
 
 mod connection;
 mod limits;
+mod outbox;
 mod session;
 #[cfg(test)]
 mod tests;
