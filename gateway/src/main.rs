@@ -6,6 +6,18 @@
 //! ...` asks a running node over admin HTTP; `switchyard bench ...` runs the
 //! benchmarks.
 
+/// jemalloc: block-sized buffers are reused instead of mapped and faulted in
+/// anew each time (see the workspace Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Freed pages go back to the system within about a second (a background
+/// thread purges them), so the peak RSS stays near the memory budget rather
+/// than holding every buffer a burst once needed.
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 mod admin;
 mod bench;
 mod cli;

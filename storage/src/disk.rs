@@ -110,6 +110,9 @@ pub(crate) struct LocalDisk {
     read_throttle: Option<ByteThrottle>,
     faults: Option<Arc<dyn DiskFaults>>,
     config: DiskConfig,
+    /// Data files written and read with O_DIRECT (`disks.direct_io`, where
+    /// the filesystem takes it).
+    pub(crate) direct: bool,
     /// The store's "some tier's health changed" signal: flushes with nowhere
     /// to write wait on it.
     health_changed: Arc<tokio::sync::Notify>,
@@ -124,6 +127,17 @@ impl LocalDisk {
         health_changed: Arc<tokio::sync::Notify>,
     ) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
+        let direct = match config.direct_io {
+            crate::config::DirectIo::Off => false,
+            wanted => {
+                let works = crate::direct::supported(&dir);
+                if !works && wanted == crate::config::DirectIo::On {
+                    tracing::warn!(dir = %dir.display(), "storage.disks.direct_io = on, but this filesystem takes no O_DIRECT: buffered I/O");
+                }
+                works
+            }
+        };
+        tracing::info!(dir = %dir.display(), direct_io = direct, "disk opened");
         let disk = LocalDisk {
             index,
             dir,
@@ -149,6 +163,7 @@ impl LocalDisk {
                 .map(|r| ByteThrottle::new(r.as_u64())),
             faults,
             config: config.clone(),
+            direct,
             health_changed,
         };
         // At startup, before any flush: calling statvfs directly is fine.
@@ -323,6 +338,10 @@ impl LocalDisk {
     /// Appends blocks to a segment's data file at `data_offset` and their index
     /// records at `index_offset`. Both offsets are the segment's committed
     /// lengths, so a retried or failed write never leaves a gap that is read.
+    /// On a direct-I/O disk `tail` holds the data file's bytes from the aligned
+    /// block at `data_offset` on (None: read them from the file), and the
+    /// returned tail is the new one; buffered disks return None.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn write(
         &self,
         data_path: PathBuf,
@@ -331,7 +350,8 @@ impl LocalDisk {
         blocks: Arc<[Block]>,
         index_offset: u64,
         index: Bytes,
-    ) -> io::Result<Duration> {
+        tail: Option<Bytes>,
+    ) -> io::Result<(Duration, Option<Bytes>)> {
         let bytes: u64 = blocks.iter().map(Block::len).sum();
         let _slot = self
             .write_slots
@@ -358,25 +378,49 @@ impl LocalDisk {
             .and_then(|f| f.before_write(&self.dir, bytes));
         let sync = self.config.sync;
         let root = self.dir.clone();
-        self.blocking(DiskOp::Write, move || {
-            write_segment(
-                &data_path,
-                &index_path,
-                data_offset,
-                &blocks,
-                index_offset,
-                &index,
-                sync.then_some(root.as_path()),
-                fault,
-            )
-        })
-        .await?;
+        let direct = self.direct.then_some(tail);
+        let new_tail = self
+            .blocking(DiskOp::Write, move || {
+                write_segment(
+                    &data_path,
+                    &index_path,
+                    data_offset,
+                    &blocks,
+                    index_offset,
+                    &index,
+                    sync.then_some(root.as_path()),
+                    fault,
+                    direct,
+                )
+            })
+            .await?;
         self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Ok(waited)
+        Ok((waited, new_tail))
     }
 
-    /// Reads exactly `len` bytes at `offset` of a data or index file.
+    /// Reads exactly `len` bytes at `offset` of a segment's data file: with
+    /// O_DIRECT on a direct-I/O disk.
+    pub(crate) async fn read_data(
+        &self,
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<Bytes> {
+        self.read_file(path, offset, len, self.direct).await
+    }
+
+    /// Reads exactly `len` bytes at `offset` of an index (or any) file.
     pub(crate) async fn read(&self, path: PathBuf, offset: u64, len: u64) -> io::Result<Bytes> {
+        self.read_file(path, offset, len, false).await
+    }
+
+    async fn read_file(
+        &self,
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        direct: bool,
+    ) -> io::Result<Bytes> {
         if self.health() == DiskHealth::Hung {
             // It would hang too, holding one more thread: fail at once.
             return Err(self.hung_error());
@@ -395,6 +439,9 @@ impl LocalDisk {
         }
         let out = self
             .blocking(DiskOp::Read, move || -> io::Result<Bytes> {
+                if direct {
+                    return crate::direct::read(&path, offset, len);
+                }
                 let file = File::open(&path)?;
                 let mut buf = vec![0u8; len as usize];
                 file.read_exact_at(&mut buf, offset)?;
@@ -504,7 +551,8 @@ fn write_segment(
     index: &[u8],
     sync_below: Option<&Path>,
     fault: Option<io::Error>,
-) -> io::Result<()> {
+    direct: Option<Option<Bytes>>,
+) -> io::Result<Option<Bytes>> {
     let sync = sync_below.is_some();
     if let Some(parent) = data_path.parent() {
         fs::create_dir_all(parent)?;
@@ -528,22 +576,50 @@ fn write_segment(
         other => other?,
     };
     let slices: Vec<&[u8]> = blocks.iter().map(|b| &b.data[..]).collect();
-    if let Some(err) = fault {
-        // Write about half, then fail, as a dying or filling device would.
-        let half = slices.len() / 2;
-        pwrite_all(&data, &slices[..half], data_offset)?;
-        return Err(err);
+    let mut new_tail = None;
+    if let Some(tail) = direct {
+        drop(data);
+        let tail = match tail {
+            Some(t) => t,
+            None => crate::direct::read_tail(data_path, data_offset)?,
+        };
+        if let Some(err) = fault {
+            // Write about half, then fail, as a dying or filling device would.
+            let half: u64 = slices[..slices.len() / 2]
+                .iter()
+                .map(|s| s.len() as u64)
+                .sum();
+            crate::direct::write(data_path, data_offset, &tail, &slices, Some(half))?;
+            return Err(err);
+        }
+        new_tail = Some(crate::direct::write(
+            data_path,
+            data_offset,
+            &tail,
+            &slices,
+            None,
+        )?);
+        if sync {
+            File::open(data_path)?.sync_data()?;
+        }
+    } else {
+        if let Some(err) = fault {
+            // Write about half, then fail, as a dying or filling device would.
+            let half = slices.len() / 2;
+            pwrite_all(&data, &slices[..half], data_offset)?;
+            return Err(err);
+        }
+        pwrite_all(&data, &slices, data_offset)?;
+        // Data goes first: an index record never points past written data.
+        if sync {
+            data.sync_data()?;
+        }
     }
-    pwrite_all(&data, &slices, data_offset)?;
     let idx = OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(false)
         .open(index_path)?;
-    // Data goes first: an index record never points past written data.
-    if sync {
-        data.sync_data()?;
-    }
     idx.write_all_at(index, index_offset)?;
     if sync {
         idx.sync_data()?;
@@ -556,7 +632,7 @@ fn write_segment(
             sync_dirs(data_path, root)?;
         }
     }
-    Ok(())
+    Ok(new_tail)
 }
 
 /// fsyncs each directory from `file`'s parent up to `root` (included), or
@@ -649,6 +725,7 @@ mod tests {
             &[7; 40],
             Some(root.path()),
             None,
+            None,
         )
         .unwrap();
         assert_eq!(fs::read(&data).unwrap(), b"abc");
@@ -666,6 +743,7 @@ mod tests {
             40,
             &[8; 40],
             Some(root.path()),
+            None,
             None,
         )
         .unwrap();

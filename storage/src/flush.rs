@@ -349,7 +349,7 @@ impl Store {
                 index: index_path,
             } => {
                 let d = &self.disks[*disk];
-                if let Err(e) = d
+                match d
                     .write(
                         data.clone(),
                         index_path.clone(),
@@ -357,13 +357,17 @@ impl Store {
                         blocks.clone(),
                         extent.records * INDEX_RECORD_LEN as u64,
                         index,
+                        segment.tail(),
                     )
                     .await
                 {
-                    d.record_error(&e);
-                    // Bytes past the committed length may be garbage now.
-                    segment.close();
-                    return Err(StorageError::io(data, e));
+                    Ok((_, tail)) => segment.set_tail(tail),
+                    Err(e) => {
+                        d.record_error(&e);
+                        // Bytes past the committed length may be garbage now.
+                        segment.close();
+                        return Err(StorageError::io(data, e));
+                    }
                 }
                 d.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
             }

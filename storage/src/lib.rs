@@ -17,6 +17,7 @@ pub mod block;
 pub mod budget;
 mod cold;
 pub mod config;
+mod direct;
 mod disk;
 pub mod error;
 pub mod fault;

@@ -204,6 +204,7 @@ impl Store {
             // Appends after a restart start a new segment: bytes past the
             // recorded length were never committed.
             seg.close();
+            seg.set_tail(None);
             out.push(Arc::new(seg));
         }
         Ok(out)

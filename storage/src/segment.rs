@@ -36,6 +36,10 @@ pub(crate) struct Segment {
     records: AtomicU64,
     /// A disk segment takes appends until a write to it fails.
     open: AtomicBool,
+    /// On a direct-I/O disk, the data file's bytes from the aligned block
+    /// holding the segment's end to its end: the next append rewrites them
+    /// (`direct.rs`). None when not known (read from the file then).
+    tail: parking_lot::Mutex<Option<bytes::Bytes>>,
 }
 
 /// What a reader may use of a segment at one moment.
@@ -55,6 +59,7 @@ impl Segment {
             len: AtomicU64::new(0),
             records: AtomicU64::new(0),
             open: AtomicBool::new(open),
+            tail: parking_lot::Mutex::new(Some(bytes::Bytes::new())),
         }
     }
 
@@ -68,6 +73,15 @@ impl Segment {
 
     pub(crate) fn len(&self) -> u64 {
         self.len.load(Ordering::Acquire)
+    }
+
+    /// The tail a direct append starts from (see the field).
+    pub(crate) fn tail(&self) -> Option<bytes::Bytes> {
+        self.tail.lock().clone()
+    }
+
+    pub(crate) fn set_tail(&self, tail: Option<bytes::Bytes>) {
+        *self.tail.lock() = tail;
     }
 
     pub(crate) fn commit(&self, bytes: u64, records: u64) {

@@ -63,6 +63,15 @@ pub struct CelebornBenchArgs {
     pub rack_aware: bool,
 }
 
+/// Who the bench is, as a stock LifecycleManager names its user in RequestSlots
+/// and ReserveSlots (a JVM master refuses a request without one).
+pub(super) fn bench_user() -> Option<PbUserIdentifier> {
+    Some(PbUserIdentifier {
+        tenant_id: "default".into(),
+        name: "switchyard-bench".into(),
+    })
+}
+
 pub(super) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
 }
@@ -158,6 +167,9 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                     packed: false,
                     available_storage_types: 2,
                     max_workers: 10_000,
+                    user_identifier: bench_user(),
+                    hostname: "127.0.0.1".into(),
+                    request_id: format!("{app}#1"),
                     ..Default::default()
                 },
             ),
@@ -196,6 +208,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
                         split_threshold: 1 << 40,
                         partition_split_enabled: true,
                         available_storage_types: 2,
+                        user_identifier: bench_user(),
                         ..Default::default()
                     },
                 ),

@@ -21,7 +21,7 @@ use switchyard_celeborn::proto::*;
 use switchyard_celeborn::rpc::endpoint;
 use switchyard_celeborn::TransportMessage;
 
-use super::celeborn::{histogram, worker_addr};
+use super::celeborn::{bench_user, histogram, worker_addr};
 use super::report::{self, gbps};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -121,6 +121,9 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
                     partition_id_list: (0..args.mappers as i32).collect(),
                     available_storage_types: 2,
                     max_workers: 10_000,
+                    user_identifier: bench_user(),
+                    hostname: "127.0.0.1".into(),
+                    request_id: format!("{app}#1"),
                     ..Default::default()
                 },
             ),
@@ -148,6 +151,7 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
                         partition_type: 1,
                         partition_split_enabled: true,
                         available_storage_types: 2,
+                        user_identifier: bench_user(),
                         ..Default::default()
                     },
                 ),

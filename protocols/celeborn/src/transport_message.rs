@@ -84,6 +84,11 @@ impl TransportMessage {
         MessageType::try_from(self.message_type).ok()
     }
 
+    /// Its type's name, as metrics label requests (`REQUEST_SLOTS`).
+    pub fn name(&self) -> &'static str {
+        self.kind().map_or("UNKNOWN", |k| k.as_str_name())
+    }
+
     /// Decodes the payload as `M` (a null payload decodes as the default message).
     /// Decodes the payload, refusing one that would decode into more than
     /// [`MAX_DECODE_COST`] (`switchyard_frame::proto_cost`): a control

@@ -144,7 +144,7 @@ impl<E: Endpoint> Handler<Message> for RpcPort<E> {
                     Ok(encode_boolean(exists))
                 }
                 RpcContent::TransportMessage(tm) => {
-                    replier.label(tm.kind().map_or("UNKNOWN", |k| k.as_str_name()));
+                    replier.label(tm.name());
                     if request.endpoint != self.endpoint.name()
                         && request.endpoint != endpoint::VERIFIER
                     {

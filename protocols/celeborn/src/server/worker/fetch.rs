@@ -409,7 +409,8 @@ impl Handler<Message> for FetchPort {
             Message::RpcRequest { request_id, body } => {
                 let e = match DataPlaneBody::decode(body) {
                     Ok(DataPlaneBody::Transport(tm)) => {
-                        return self.rpc(request_id, tm, &replier).await
+                        replier.label(tm.name());
+                        return self.rpc(request_id, tm, &replier).await;
                     }
                     Ok(DataPlaneBody::Legacy(m)) => {
                         CelebornError::UnsupportedLegacy(format!("{:?}", m.message_type()))

@@ -464,7 +464,10 @@ impl Handler<Message> for PushPort {
             }
             Message::RpcRequest { request_id, body } => {
                 let reply = match DataPlaneBody::decode(body) {
-                    Ok(DataPlaneBody::Transport(tm)) => MapRequest::from_transport(&tm),
+                    Ok(DataPlaneBody::Transport(tm)) => {
+                        replier.label(tm.name());
+                        MapRequest::from_transport(&tm)
+                    }
                     Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
                     Err(e) => Err(CelebornError::Undecodable(e.to_string())),
                 }

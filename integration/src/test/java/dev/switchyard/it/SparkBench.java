@@ -33,7 +33,7 @@ import scala.Tuple3;
  *   CLIENT    vanilla | uniffle-GRPC | uniffle-GRPC_NETTY | celeborn-HASH | celeborn-SORT
  *   ENDPOINT  coordinator quorum (uniffle) or master endpoint (celeborn); "-" for vanilla
  *   WORKLOAD  groupby: {@code switchyard.bench.gib} GiB (default 1) from 16 map tasks of a long
- *             key and a 200-byte value, hash-partitioned into 64 partitions, each reducer
+ *             key and a 200-byte value (words and numbers, compressible as text fields are), hash-partitioned into 64 partitions, each reducer
  *             checksumming what it reads;
  *             sql: TPC-DS-like queries over a generated star schema ({@link BenchSql}), 16
  *             shuffle partitions, broadcast joins off: many small exchanges
@@ -118,6 +118,12 @@ public final class SparkBench {
         // Stage 0 maps, stage 1 reduces (one job).
         lines.add("map_ms=" + stages.millis.getOrDefault(0, -1L));
         lines.add("reduce_ms=" + stages.millis.getOrDefault(1, -1L));
+        for (int stage : new int[] {0, 1}) {
+          long[] t = stages.tasks.getOrDefault(stage, new long[4]);
+          // tasks, summed run time, CPU time, and shuffle wait (write time in the map stage,
+          // fetch wait in the reduce stage), ms
+          lines.add("stage" + stage + "_tasks=" + t[0] + "," + t[1] + "," + t[2] + "," + t[3]);
+        }
       }
       System.out.printf("[bench:%s] %s: %d ms%n", client, workload, wall);
     } finally {
@@ -132,9 +138,28 @@ public final class SparkBench {
     return Double.parseDouble(System.getProperty("switchyard.bench.gib", "1"));
   }
 
-  /** Submission to completion of every stage, by stage id. */
+  /**
+   * Submission to completion of every stage, by stage id; and per stage the tasks' run time,
+   * CPU time and the time they waited for shuffle data (ms, summed over tasks).
+   */
   static final class StageTimes extends SparkListener {
     final Map<Integer, Long> millis = new ConcurrentHashMap<>();
+    final Map<Integer, long[]> tasks = new ConcurrentHashMap<>();
+
+    @Override
+    public void onTaskEnd(org.apache.spark.scheduler.SparkListenerTaskEnd end) {
+      org.apache.spark.executor.TaskMetrics m = end.taskMetrics();
+      if (m == null) {
+        return;
+      }
+      long[] t = tasks.computeIfAbsent(end.stageId(), k -> new long[4]);
+      synchronized (t) {
+        t[0] += 1;
+        t[1] += m.executorRunTime();
+        t[2] += m.executorCpuTime() / 1_000_000;
+        t[3] += m.shuffleReadMetrics().fetchWaitTime() + m.shuffleWriteMetrics().writeTime() / 1_000_000;
+      }
+    }
 
     @Override
     public void onStageCompleted(SparkListenerStageCompleted done) {
@@ -197,7 +222,24 @@ public final class SparkBench {
     return h;
   }
 
-  /** One map task's records: random keys and values from {@code seed}, made lazily. */
+  /** Words the values are made of: shuffle data compresses (LZ4 takes these to about a third). */
+  static final byte[][] WORDS = words();
+
+  private static byte[][] words() {
+    String[] w = ("order item customer store web catalog return sale price quantity discount profit "
+        + "street city state zip country email phone date time week month year shipped pending "
+        + "cancelled delivered gold silver bronze standard express ground air").split(" ");
+    byte[][] out = new byte[w.length][];
+    for (int i = 0; i < w.length; i++) {
+      out[i] = (w[i] + ' ').getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+    }
+    return out;
+  }
+
+  /**
+   * One map task's records, made lazily from {@code seed}: a random key and a 200-byte value of
+   * random words and numbers, which compresses as shuffle data of records with text fields does.
+   */
   static final class Generator implements Iterator<Tuple2<Long, byte[]>> {
     private final SplittableRandom r;
     private final long n;
@@ -220,11 +262,17 @@ public final class SparkBench {
       }
       i++;
       byte[] value = new byte[VALUE_BYTES];
-      for (int j = 0; j < VALUE_BYTES; j += 8) {
-        long v = r.nextLong();
-        for (int k = 0; k < 8 && j + k < VALUE_BYTES; k++) {
-          value[j + k] = (byte) (v >>> (8 * k));
+      int at = 0;
+      while (at < VALUE_BYTES) {
+        byte[] piece;
+        if (r.nextInt(4) == 0) {
+          piece = (Long.toString(r.nextLong(1_000_000_000L)) + ' ').getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        } else {
+          piece = WORDS[r.nextInt(WORDS.length)];
         }
+        int len = Math.min(piece.length, VALUE_BYTES - at);
+        System.arraycopy(piece, 0, value, at, len);
+        at += len;
       }
       return new Tuple2<>(r.nextLong(), value);
     }
