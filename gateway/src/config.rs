@@ -73,6 +73,8 @@ pub struct GatewayConfig {
     pub celeborn: CelebornConfig,
     /// This node's roles and its fleet's coordinators.
     pub cluster: ClusterConfig,
+    /// The process's threads: worker threads, NUMA placement.
+    pub runtime: crate::numa::RuntimeConfig,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

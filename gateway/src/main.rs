@@ -27,6 +27,7 @@ mod decommission;
 mod fleet;
 mod import_config;
 mod node;
+mod numa;
 mod serve;
 mod telemetry;
 
@@ -135,12 +136,37 @@ fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = GatewayConfig::load(args.config.as_deref())?;
     let log_node = telemetry::init_logging(&config.log)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("switchyard")
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("switchyard");
+    if config.runtime.worker_threads > 0 {
+        builder.worker_threads(config.runtime.worker_threads);
+    }
+    let runtime = builder
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the tokio runtime: {e}"))?;
-    let result = runtime.block_on(serve::serve(config, args.config, log_node));
+    let node_runtimes = if config.runtime.numa {
+        let nodes = numa::nodes();
+        tracing::info!(nodes = nodes.len(), cpus = ?nodes.iter().map(|n| n.cpus.len()).collect::<Vec<_>>(), "runtime.numa: NUMA topology");
+        let started = numa::NodeRuntimes::start(nodes)
+            .map_err(|e| anyhow::anyhow!("cannot start the NUMA node runtimes: {e}"))?;
+        if started.is_none() {
+            tracing::info!("runtime.numa: fewer than two NUMA nodes, nothing to bind");
+        }
+        started
+    } else {
+        None
+    };
+    let result = runtime.block_on(serve::serve(
+        config,
+        args.config,
+        log_node,
+        node_runtimes.as_ref(),
+    ));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+    if let Some(n) = node_runtimes {
+        for (_, r) in n.nodes {
+            r.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+        }
+    }
     result
 }

@@ -65,6 +65,7 @@ pub async fn serve(
     mut config: GatewayConfig,
     config_path: Option<PathBuf>,
     log_node: NodeField,
+    numa: Option<&crate::numa::NodeRuntimes>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut signals = ShutdownSignals::register()?;
@@ -119,9 +120,20 @@ pub async fn serve(
         cold = config.storage.cold.is_some(),
         "opening the store"
     );
-    let store = Store::open(config.storage.clone())
-        .await
-        .context("cannot open the store")?;
+    // With NUMA placement, each disk's I/O runs on its node's runtime and
+    // frame-port connections are spread over the node runtimes.
+    let store = Store::open_placed(config.storage.clone(), &|dir| {
+        numa.and_then(|n| n.for_dir(dir))
+    })
+    .await
+    .context("cannot open the store")?;
+    if let Some(n) = numa {
+        switchyard_frame::server::spread_connections(n.handles());
+        info!(
+            nodes = n.nodes.len(),
+            "runtime.numa: connections spread over one runtime per NUMA node"
+        );
+    }
     info!(ready = store.is_ready(), "store open");
 
     // A coordinator of a fleet places on the workers that heartbeat it;

@@ -237,3 +237,80 @@ fn no_subcommand_prints_help() {
     assert!(text.contains("serve"), "{text}");
     assert!(text.contains("Usage"), "{text}");
 }
+
+/// `[runtime] numa = true` on this host: it serves as without (a host with
+/// one NUMA node starts no runtime of its own, and says so), pushes and
+/// reads of both data paths included.
+#[test]
+fn numa_placement_is_harmless_on_a_single_node_host() {
+    let workdir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let ports: Vec<u16> = (0..7).map(|_| free_addr().port()).collect();
+    let config = workdir.path().join("numa.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"{addr}\"\n\
+             [runtime]\nnuma = true\nworker_threads = 2\n\
+             [uniffle]\ncoordinator_listen = \"127.0.0.1:{}\"\nserver_grpc_listen = \"127.0.0.1:{}\"\n\
+             server_netty_listen = \"127.0.0.1:{}\"\n\
+             [celeborn]\nmaster_listen = \"127.0.0.1:{}\"\nworker_rpc_listen = \"127.0.0.1:{}\"\n\
+             worker_push_listen = \"127.0.0.1:{}\"\nworker_fetch_listen = \"127.0.0.1:{}\"\n\
+             worker_replicate_listen = \"127.0.0.1:0\"\n\
+             [storage.disks]\ndirs = [\"data\"]\nmin_free = \"16MiB\"\n",
+            ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6]
+        ),
+    )
+    .unwrap();
+    let log = workdir.path().join("switchyard.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(workdir.path())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    clear_switchyard_env(&mut cmd);
+    let mut server = Server {
+        child: cmd.env("SWITCHYARD_LOG", "info").spawn().unwrap(),
+        log,
+    };
+    let started = Instant::now();
+    while get(addr, "/readyz").map(|r| r.0).ok() != Some(200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not ready: {}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = server.log();
+    assert!(text.contains("runtime.numa: NUMA topology"), "{text}");
+    assert!(
+        text.contains("nothing to bind") || text.contains("connections spread"),
+        "{text}"
+    );
+    for (kind, flag, port) in [
+        ("celeborn", "--master", ports[3]),
+        ("uniffle", "--coordinator", ports[0]),
+    ] {
+        let mut bench = Command::new(BIN);
+        clear_switchyard_env(&mut bench);
+        let out = bench
+            .args(["bench", kind, flag, &format!("127.0.0.1:{port}")])
+            .args(["--size", "8MiB", "--mappers", "2", "--partitions", "4"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "bench {kind}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            server.log()
+        );
+    }
+    kill(Pid::from_raw(server.child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = server.wait_exit(Duration::from_secs(30)).expect("exits");
+    assert!(status.success(), "{}", server.log());
+}

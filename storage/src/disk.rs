@@ -113,6 +113,9 @@ pub(crate) struct LocalDisk {
     /// Data files written and read with O_DIRECT (`disks.direct_io`, where
     /// the filesystem takes it).
     pub(crate) direct: bool,
+    /// The runtime whose blocking pool runs this disk's calls (its NUMA
+    /// node's); None: the current runtime's.
+    io: Option<tokio::runtime::Handle>,
     /// The store's "some tier's health changed" signal: flushes with nowhere
     /// to write wait on it.
     health_changed: Arc<tokio::sync::Notify>,
@@ -125,6 +128,7 @@ impl LocalDisk {
         config: &DiskConfig,
         faults: Option<Arc<dyn DiskFaults>>,
         health_changed: Arc<tokio::sync::Notify>,
+        io: Option<tokio::runtime::Handle>,
     ) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let direct = match config.direct_io {
@@ -164,6 +168,7 @@ impl LocalDisk {
             faults,
             config: config.clone(),
             direct,
+            io,
             health_changed,
         };
         // At startup, before any flush: calling statvfs directly is fine.
@@ -467,7 +472,7 @@ impl LocalDisk {
         let state = Arc::new(AtomicU8::new(RUNNING));
         let (st, stuck) = (state.clone(), self.stuck.clone());
         let (faults, dir) = (self.faults.clone(), self.dir.clone());
-        let mut handle = tokio::task::spawn_blocking(move || {
+        let work = move || {
             if let Some(f) = &faults {
                 f.on_io_thread(&dir, op);
             }
@@ -476,7 +481,11 @@ impl LocalDisk {
                 stuck.fetch_sub(1, Ordering::AcqRel);
             }
             out
-        });
+        };
+        let mut handle = match &self.io {
+            Some(runtime) => runtime.spawn_blocking(work),
+            None => tokio::task::spawn_blocking(work),
+        };
         let joined = match tokio::time::timeout(self.config.io_timeout, &mut handle).await {
             Ok(joined) => joined,
             Err(_) => {

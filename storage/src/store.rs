@@ -96,6 +96,24 @@ impl Store {
         config: StoreConfig,
         faults: Option<Arc<dyn DiskFaults>>,
     ) -> Result<Arc<Store>> {
+        Self::open_inner(config, faults, &|_| None).await
+    }
+
+    /// Like [`Store::open`], each disk's blocking I/O on the runtime `io`
+    /// names for its directory (the runtime of the disk's NUMA node), or on
+    /// the current one.
+    pub async fn open_placed(
+        config: StoreConfig,
+        io: &(dyn Fn(&std::path::Path) -> Option<tokio::runtime::Handle> + Sync),
+    ) -> Result<Arc<Store>> {
+        Self::open_inner(config, None, io).await
+    }
+
+    async fn open_inner(
+        config: StoreConfig,
+        faults: Option<Arc<dyn DiskFaults>>,
+        io: &(dyn Fn(&std::path::Path) -> Option<tokio::runtime::Handle> + Sync),
+    ) -> Result<Arc<Store>> {
         config.validate().map_err(StorageError::Config)?;
         let mut disks = Vec::new();
         let health_changed = Arc::new(tokio::sync::Notify::new());
@@ -106,6 +124,7 @@ impl Store {
                 &config.disks,
                 faults.clone(),
                 health_changed.clone(),
+                io(dir),
             )
             .map_err(|e| StorageError::io(dir, e))?;
             disks.push(Arc::new(disk));

@@ -196,7 +196,7 @@ pub async fn serve_tls<M, H>(
         let cancel = cancel.clone();
         let budget = budget.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        spawn_connection(async move {
             let _open = Open::new(labels, place);
             let _peer = peer_place;
             let stream = match connection::Stream::accept(
@@ -273,6 +273,34 @@ fn reset_before_accept(e: &io::Error) -> bool {
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionRefused
     )
+}
+
+/// Runtimes that connections are spread over (one per NUMA node, set once at
+/// start by the gateway); empty: the current runtime.
+static CONNECTION_RUNTIMES: std::sync::OnceLock<Vec<tokio::runtime::Handle>> =
+    std::sync::OnceLock::new();
+static NEXT_RUNTIME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Spreads the connections of every frame port accepted from now on over
+/// `runtimes`, round-robin (NUMA placement: one runtime per node). Set once;
+/// later calls are ignored.
+pub fn spread_connections(runtimes: Vec<tokio::runtime::Handle>) {
+    let _ = CONNECTION_RUNTIMES.set(runtimes);
+}
+
+fn spawn_connection<F>(connection: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match CONNECTION_RUNTIMES.get().filter(|r| !r.is_empty()) {
+        Some(runtimes) => {
+            let i = NEXT_RUNTIME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            runtimes[i % runtimes.len()].spawn(connection);
+        }
+        None => {
+            tokio::spawn(connection);
+        }
+    }
 }
 
 /// The labels of a port's logs and metrics.
