@@ -27,6 +27,16 @@ use bytes::Bytes;
 /// Alignment of direct I/O: the largest logical block size of common devices.
 pub(crate) const ALIGN: u64 = 4096;
 
+/// A segment is written with O_DIRECT only when its first flush is at least
+/// this large (on a disk that takes it). A direct write waits for the device,
+/// which small flushes (a map task's report or a commit of small partitions:
+/// a few KiB each, many per request) would pay once each, where the page
+/// cache takes them in microseconds; large flushes are where the page cache's
+/// copy costs CPU and throughput. Partitions that grow past
+/// `single_buffer_threshold` flush that much at a time, so their segments
+/// are direct.
+pub(crate) const MIN_FLUSH: u64 = 1 << 20;
+
 /// The staging buffer a write copies blocks into, written at most this much
 /// at a time (bounds the memory a flush holds beyond its blocks).
 const STAGE: usize = 8 << 20;

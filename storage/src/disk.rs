@@ -343,9 +343,9 @@ impl LocalDisk {
     /// Appends blocks to a segment's data file at `data_offset` and their index
     /// records at `index_offset`. Both offsets are the segment's committed
     /// lengths, so a retried or failed write never leaves a gap that is read.
-    /// On a direct-I/O disk `tail` holds the data file's bytes from the aligned
-    /// block at `data_offset` on (None: read them from the file), and the
-    /// returned tail is the new one; buffered disks return None.
+    /// `direct`: write with O_DIRECT, from this tail (the data file's bytes from
+    /// the aligned block at `data_offset` on; None: read them from the file);
+    /// the new tail is returned. None: a buffered write, which returns None.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn write(
         &self,
@@ -355,7 +355,7 @@ impl LocalDisk {
         blocks: Arc<[Block]>,
         index_offset: u64,
         index: Bytes,
-        tail: Option<Bytes>,
+        direct: Option<Option<Bytes>>,
     ) -> io::Result<(Duration, Option<Bytes>)> {
         let bytes: u64 = blocks.iter().map(Block::len).sum();
         let _slot = self
@@ -383,7 +383,7 @@ impl LocalDisk {
             .and_then(|f| f.before_write(&self.dir, bytes));
         let sync = self.config.sync;
         let root = self.dir.clone();
-        let direct = self.direct.then_some(tail);
+        let direct = direct.filter(|_| self.direct);
         let new_tail = self
             .blocking(DiskOp::Write, move || {
                 write_segment(
@@ -404,14 +404,17 @@ impl LocalDisk {
     }
 
     /// Reads exactly `len` bytes at `offset` of a segment's data file: with
-    /// O_DIRECT on a direct-I/O disk.
+    /// O_DIRECT when the segment was written so (`direct`) on a disk that
+    /// takes it.
     pub(crate) async fn read_data(
         &self,
         path: PathBuf,
         offset: u64,
         len: u64,
+        direct: bool,
     ) -> io::Result<Bytes> {
-        self.read_file(path, offset, len, self.direct).await
+        self.read_file(path, offset, len, direct && self.direct)
+            .await
     }
 
     /// Reads exactly `len` bytes at `offset` of an index (or any) file.

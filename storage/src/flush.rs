@@ -314,8 +314,9 @@ impl Store {
                     data: dir.join(format!("{stem}.data")),
                     index: dir.join(format!("{stem}.index")),
                 };
+                let direct = self.disks[d].direct && bytes >= crate::direct::MIN_FLUSH;
                 (
-                    Arc::new(Segment::new(uid, location, p.persisted_len())),
+                    Arc::new(Segment::new(uid, location, p.persisted_len()).with_direct(direct)),
                     true,
                 )
             }
@@ -357,7 +358,7 @@ impl Store {
                         blocks.clone(),
                         extent.records * INDEX_RECORD_LEN as u64,
                         index,
-                        segment.tail(),
+                        segment.direct.then(|| segment.tail()),
                     )
                     .await
                 {

@@ -36,9 +36,12 @@ pub(crate) struct Segment {
     records: AtomicU64,
     /// A disk segment takes appends until a write to it fails.
     open: AtomicBool,
-    /// On a direct-I/O disk, the data file's bytes from the aligned block
-    /// holding the segment's end to its end: the next append rewrites them
-    /// (`direct.rs`). None when not known (read from the file then).
+    /// Written and read with O_DIRECT (`direct.rs`): decided when the
+    /// segment is created, from its disk and its first flush's size.
+    pub direct: bool,
+    /// For a direct segment, the data file's bytes from the aligned block
+    /// holding the segment's end to its end: the next append rewrites them.
+    /// None when not known (read from the file then).
     tail: parking_lot::Mutex<Option<bytes::Bytes>>,
 }
 
@@ -59,6 +62,7 @@ impl Segment {
             len: AtomicU64::new(0),
             records: AtomicU64::new(0),
             open: AtomicBool::new(open),
+            direct: false,
             tail: parking_lot::Mutex::new(Some(bytes::Bytes::new())),
         }
     }
@@ -73,6 +77,12 @@ impl Segment {
 
     pub(crate) fn len(&self) -> u64 {
         self.len.load(Ordering::Acquire)
+    }
+
+    /// The segment written and read with O_DIRECT.
+    pub(crate) fn with_direct(mut self, direct: bool) -> Self {
+        self.direct = direct;
+        self
     }
 
     /// The tail a direct append starts from (see the field).

@@ -726,7 +726,7 @@ impl Store {
         self.counters.read_bytes.fetch_add(len, Ordering::Relaxed);
         match &seg.location {
             SegmentLocation::Disk { disk, data, .. } => self.disks[*disk]
-                .read_data(data.clone(), offset, len)
+                .read_data(data.clone(), offset, len, seg.direct)
                 .await
                 .map_err(|e| StorageError::io(data, e)),
             SegmentLocation::Cold { data, .. } => {

@@ -121,7 +121,8 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         rack_aware: false,
     });
     let uniffle = super::uniffle::run(UniffleBenchArgs {
-        coordinator: args.uniffle_coordinator.clone(),
+        coordinator: Some(args.uniffle_coordinator.clone()),
+        server: Vec::new(),
         size: per_protocol,
         mappers: clients,
         partitions: 64,

@@ -13,14 +13,21 @@ use bytesize::ByteSize;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use switchyard_uniffle::client::{ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport};
+use switchyard_uniffle::proto::{PartitionRangeAssignment, ShuffleServerId};
 
 use super::report::{self, gbps};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct UniffleBenchArgs {
     /// Coordinator address (ours, or any Uniffle coordinator).
-    #[arg(long)]
-    pub coordinator: String,
+    #[arg(long, required_unless_present = "server")]
+    pub coordinator: Option<String>,
+    /// Shuffle servers to use directly, without a coordinator:
+    /// `host:grpcPort[:nettyPort]`, repeatable; partitions go to them
+    /// round-robin (to measure a server that cannot register with the
+    /// coordinator at hand, such as another vendor's).
+    #[arg(long, conflicts_with = "coordinator")]
+    pub server: Vec<String>,
     /// Bytes to push in total.
     #[arg(long, default_value = "2GiB")]
     pub size: ByteSize,
@@ -55,6 +62,50 @@ pub struct UniffleBenchArgs {
     pub app: Option<String>,
 }
 
+/// Partitions over `servers` (`host:grpc[:netty]`) round-robin, each with
+/// `replicas` consecutive servers, as a coordinator would assign them.
+fn direct_assignments(
+    servers: &[String],
+    partitions: i32,
+    replicas: i32,
+) -> anyhow::Result<Vec<PartitionRangeAssignment>> {
+    let ids = servers
+        .iter()
+        .map(|s| {
+            let parts: Vec<&str> = s.split(':').collect();
+            ensure!(
+                parts.len() == 2 || parts.len() == 3,
+                "--server {s}: expected host:grpcPort[:nettyPort]"
+            );
+            let port: i32 = parts[1].parse().context("--server grpc port")?;
+            let netty_port: i32 = match parts.get(2) {
+                Some(p) => p.parse().context("--server netty port")?,
+                None => -1,
+            };
+            Ok(ShuffleServerId {
+                id: format!("{}-{port}-{netty_port}", parts[0]),
+                ip: parts[0].to_string(),
+                port,
+                netty_port,
+                jetty_port: 0,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    ensure!(
+        !ids.is_empty() && replicas as usize <= ids.len(),
+        "--server: at least --replicas servers"
+    );
+    Ok((0..partitions)
+        .map(|p| PartitionRangeAssignment {
+            start_partition: p,
+            end_partition: p,
+            server: (0..replicas as usize)
+                .map(|r| ids[(p as usize + r) % ids.len()].clone())
+                .collect(),
+        })
+        .collect())
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
 }
@@ -73,14 +124,17 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
         None => super::app_id("bench"),
     };
     println!(
-        "uniffle bench: {} in {} blocks of {} over {} partitions, {} mappers, {:?}, coordinator {}",
+        "uniffle bench: {} in {} blocks of {} over {} partitions, {} mappers, {:?}, {}",
         ByteSize::b(total),
         total_blocks,
         args.block_size,
         args.partitions,
         args.mappers,
         transport,
-        args.coordinator
+        match &args.coordinator {
+            Some(c) => format!("coordinator {c}"),
+            None => format!("servers {}", args.server.join(", ")),
+        }
     );
 
     let baseline = loopback_tcp_gbps(total.min(4 << 30)).await?;
@@ -96,11 +150,16 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
             args.replicas, args.read_replica
         );
     }
-    let mut coordinator = Coordinator::connect(&args.coordinator).await?;
-    let assignments = coordinator
-        .assignments_replicated(&app, 0, args.partitions, transport, args.replicas)
-        .await
-        .context("getShuffleAssignments")?;
+    let assignments = match &args.coordinator {
+        Some(address) => {
+            let mut coordinator = Coordinator::connect(address).await?;
+            coordinator
+                .assignments_replicated(&app, 0, args.partitions, transport, args.replicas)
+                .await
+                .context("getShuffleAssignments")?
+        }
+        None => direct_assignments(&args.server, args.partitions, args.replicas)?,
+    };
     // Per partition, its servers: the first is the one written first.
     let mut owners: HashMap<i32, Vec<_>> = HashMap::new();
     let mut servers = Vec::new();

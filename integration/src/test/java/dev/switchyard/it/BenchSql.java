@@ -11,7 +11,8 @@ import org.apache.spark.sql.SparkSession;
 
 /**
  * The SQL workload of {@link SparkBench}: a TPC-DS-like star schema generated from fixed
- * expressions (store and web sales facts; date, item, customer and store dimensions), written
+ * expressions (store and web sales facts; date, item, customer and store dimensions; money as
+ * DECIMAL(7,2), so that results are exact whatever order a shuffle delivers rows in), written
  * once as Parquet under {@code switchyard.bench.data} (default {@code target/bench-data}), and
  * queries in the style of TPC-DS (joins of facts with dimensions, aggregations, windows,
  * year-over-year self joins, unions, distinct counts). With broadcast joins off and 16 shuffle
@@ -29,8 +30,10 @@ final class BenchSql {
   }
 
   static Path dataDir() {
+    // v2: prices and profits are DECIMAL(7,2), as in TPC-DS: sums are exact, so
+    // a result does not depend on the order a shuffle delivers rows in.
     return Paths.get(System.getProperty("switchyard.bench.data", "target/bench-data")).toAbsolutePath()
-        .resolve("rows-" + factRows());
+        .resolve("v2-rows-" + factRows());
   }
 
   static final Map<String, String> QUERIES = queries();
@@ -154,7 +157,7 @@ final class BenchSql {
         .write().mode("overwrite").parquet(dir.resolve("date_dim").toString());
     spark.sql("SELECT id i_item_sk, CONCAT('cat', id % 10) i_category, CONCAT('class', id % 37) i_class,"
             + " CONCAT('brand', id % 211) i_brand, CAST(id % 97 AS INT) i_manager_id,"
-            + " CAST(1 + (id * 7919 % 10000) / 100.0 AS DOUBLE) i_price FROM range(18000)")
+            + " CAST(1 + (id * 7919 % 10000) / 100.0 AS DECIMAL(7,2)) i_price FROM range(18000)")
         .write().mode("overwrite").parquet(dir.resolve("item").toString());
     spark.sql("SELECT id c_customer_sk, CONCAT('S', id % 50) c_state, CAST(1930 + id % 70 AS INT) c_birth_year"
             + " FROM range(50000)")
@@ -164,13 +167,13 @@ final class BenchSql {
     spark.sql("SELECT pmod(xxhash64(id, 1), 1826) ss_sold_date_sk, pmod(xxhash64(id, 2), 18000) ss_item_sk,"
             + " pmod(xxhash64(id, 3), 50000) ss_customer_sk, pmod(xxhash64(id, 4), 60) ss_store_sk,"
             + " CAST(pmod(xxhash64(id, 5), 100) + 1 AS INT) ss_quantity,"
-            + " CAST(pmod(xxhash64(id, 6), 20000) / 100.0 AS DOUBLE) ss_sales_price,"
-            + " CAST((pmod(xxhash64(id, 7), 20000) - 8000) / 100.0 AS DOUBLE) ss_net_profit"
+            + " CAST(pmod(xxhash64(id, 6), 20000) / 100.0 AS DECIMAL(7,2)) ss_sales_price,"
+            + " CAST((pmod(xxhash64(id, 7), 20000) - 8000) / 100.0 AS DECIMAL(7,2)) ss_net_profit"
             + " FROM range(" + n + ")")
         .repartition(8).write().mode("overwrite").parquet(dir.resolve("store_sales").toString());
     spark.sql("SELECT pmod(xxhash64(id, 11), 1826) ws_sold_date_sk, pmod(xxhash64(id, 12), 18000) ws_item_sk,"
             + " pmod(xxhash64(id, 13), 50000) ws_customer_sk,"
-            + " CAST(pmod(xxhash64(id, 16), 30000) / 100.0 AS DOUBLE) ws_sales_price FROM range(" + (n / 2) + ")")
+            + " CAST(pmod(xxhash64(id, 16), 30000) / 100.0 AS DECIMAL(7,2)) ws_sales_price FROM range(" + (n / 2) + ")")
         .repartition(4).write().mode("overwrite").parquet(dir.resolve("web_sales").toString());
     Files.writeString(dir.resolve("_complete"), "rows=" + n + "\n");
   }
@@ -195,6 +198,7 @@ final class BenchSql {
         sum += SparkBench.rowHash(r);
       }
       lines.add("query." + q.getKey() + "_ms=" + (System.nanoTime() - start) / 1_000_000);
+      lines.add("sum." + q.getKey() + "=" + Long.toHexString(sum));
       checksum = checksum * 31 + sum;
     }
     return checksum;

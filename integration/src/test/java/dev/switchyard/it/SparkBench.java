@@ -215,7 +215,9 @@ public final class SparkBench {
     long h = 0x9E3779B97F4A7C15L;
     for (int i = 0; i < r.length(); i++) {
       Object v = r.get(i);
-      long x = v == null ? 0 : (v instanceof Double d ? Math.round(d * 1000) : v.hashCode());
+      long x = v == null ? 0
+          : v instanceof java.math.BigDecimal d ? d.stripTrailingZeros().toPlainString().hashCode()
+          : v instanceof Double d ? Math.round(d * 1000) : v.hashCode();
       h = (h ^ x) * 0xff51afd7ed558ccdL;
       h ^= h >>> 33;
     }

@@ -82,8 +82,15 @@ class SparkBenchTest {
       for (List<Run> rs : runs.values()) {
         for (Run r : rs) {
           if (!r.values.get("checksum").equals(checksum)) {
+            Map<String, String> base = runs.get(clients.get(0)).get(0).values;
+            List<String> differ = new ArrayList<>();
+            for (Map.Entry<String, String> v : r.values.entrySet()) {
+              if (v.getKey().startsWith("sum.") && !v.getValue().equals(base.get(v.getKey()))) {
+                differ.add(v.getKey().substring(4));
+              }
+            }
             throw new AssertionError(workload + ": " + r.client + " gave checksum " + r.values.get("checksum")
-                + ", " + clients.get(0) + " " + checksum);
+                + ", " + clients.get(0) + " " + checksum + (differ.isEmpty() ? "" : "; queries that differ: " + differ));
           }
         }
       }
