@@ -13,10 +13,16 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Freed pages go back to the system within about a second (a background
 /// thread purges them), so the peak RSS stays near the memory budget rather
-/// than holding every buffer a burst once needed.
+/// than holding every buffer a burst once needed. `oversize_threshold:0`
+/// keeps allocations of 8 MiB and more (a gRPC message's buffers, chunk
+/// reads) in the normal arenas under the same decay: jemalloc's default
+/// sends them to an arena that unmaps them on free, so each was faulted in
+/// anew, 4 KiB at a time (on `bench uniffle` over GRPC: half the page
+/// faults, server CPU 4.0 -> 3.1 s, write 0.95 -> 1.24 GB/s).
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+pub static malloc_conf: &[u8] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,oversize_threshold:0\0";
 
 mod admin;
 mod bench;

@@ -136,7 +136,8 @@ pub struct DiskConfig {
     /// read once, so the page cache's copy buys nothing back; on the 2-core
     /// benchmark machine it was half of the gateway's CPU and buffered
     /// writes ran at a quarter of O_DIRECT's rate (docs/benchmarks.md).
-    /// Index files stay buffered.
+    /// Index files, and segments whose first flush is under 1 MiB, stay
+    /// buffered.
     pub direct_io: DirectIo,
 }
 
