@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::{wire_len, WireError};
+use crate::{wire_len, FieldReader, Splitter, WireError};
 
 /// Size of the frame header.
 pub const HEADER_LEN: usize = 4 + 1 + 4;
@@ -33,8 +33,18 @@ pub trait FrameMessage: Sized {
     /// The type for a header's type byte; an unknown or unsupported id is an error (the
     /// stream cannot be realigned after it).
     fn kind_from_id(id: u8) -> Result<Self::Kind, Self::Error>;
-    /// Decodes one whole frame: its message part and its body.
-    fn decode_frame(kind: Self::Kind, message: Bytes, body: Bytes) -> Result<Self, Self::Error>;
+    /// Decodes one whole frame: its message part (a [`FieldReader::new`] over
+    /// it, or [`FieldReader::split`] when it was read split) and its body.
+    fn decode_frame(
+        kind: Self::Kind,
+        message: FieldReader,
+        body: Bytes,
+    ) -> Result<Self, Self::Error>;
+    /// Where the large byte arrays of a frame of `kind` are, for the server to
+    /// read each into a buffer of its own (see [`Splitter`]); None: read whole.
+    fn splitter(_kind: Self::Kind) -> Option<Box<dyn Splitter>> {
+        None
+    }
     /// The type byte of this message.
     fn kind_id(&self) -> u8;
     /// The body, for types that carry one.
@@ -53,10 +63,10 @@ pub trait FrameMessage: Sized {
     }
 }
 
-struct FrameHeader<K> {
-    kind: K,
-    message_len: usize,
-    body_len: usize,
+pub(crate) struct FrameHeader<K> {
+    pub(crate) kind: K,
+    pub(crate) message_len: usize,
+    pub(crate) body_len: usize,
 }
 
 impl<K: Copy> Clone for FrameHeader<K> {
@@ -115,17 +125,9 @@ impl<M: FrameMessage> FrameCodec<M> {
         self.max_frame_size
     }
 
-    /// The message + body length a frame header announces, once the header is
-    /// validated (type, lengths, limit): what the server takes room for before it
-    /// reads the rest.
-    pub fn frame_len(&self, header: &[u8]) -> Result<usize, M::Error> {
-        let h = self.parse_header(&header[..HEADER_LEN])?;
-        Ok(h.message_len + h.body_len)
-    }
-
     /// Validates a header before anything is buffered for it: a bad type or a huge length
     /// must not make us wait for (or allocate) gigabytes first.
-    fn parse_header(&self, mut h: &[u8]) -> Result<FrameHeader<M::Kind>, M::Error> {
+    pub(crate) fn parse_header(&self, mut h: &[u8]) -> Result<FrameHeader<M::Kind>, M::Error> {
         let message_len = h.get_i32();
         let type_id = h.get_u8();
         let body_len = h.get_i32();
@@ -198,7 +200,7 @@ impl<M: FrameMessage> Decoder for FrameCodec<M> {
         // One freeze, then slices: block data and bodies point into this buffer.
         let mut frame = src.split_to(frame_len).freeze();
         let body = frame.split_off(header.message_len);
-        M::decode_frame(header.kind, frame, body).map(Some)
+        M::decode_frame(header.kind, FieldReader::new(frame), body).map(Some)
     }
 }
 

@@ -6,19 +6,71 @@
 //! its fields use [`FieldReader::byte_array`] and [`FieldReader::string`], where -1 is
 //! just a negative length.
 
+use std::collections::VecDeque;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::WireError;
 
 /// Reads fields from one message part; slices it hands out share the frame's allocation
 /// (block data is never copied).
+///
+/// A message part read split ([`crate::Splitter`]) comes as its fields without the
+/// large byte arrays, plus those arrays, each in a buffer of its own, in wire
+/// order: [`FieldReader::split_byte_array`] takes the next one.
 pub struct FieldReader {
     buf: Bytes,
+    /// The byte arrays read apart, when the message part was read split.
+    arrays: Option<VecDeque<Bytes>>,
+}
+
+/// A byte array as [`FieldReader::split_byte_array`] found it.
+#[derive(Debug)]
+pub enum ByteArray {
+    /// Read into a buffer of its own: it pins nothing else.
+    Own(Bytes),
+    /// A slice of the message part, which it keeps alive.
+    InFrame(Bytes),
 }
 
 impl FieldReader {
     pub fn new(buf: Bytes) -> Self {
-        Self { buf }
+        Self { buf, arrays: None }
+    }
+
+    /// A message part read split: `fields` holds every byte but the arrays'
+    /// contents (their lengths stay), `arrays` those contents in wire order.
+    pub fn split(fields: Bytes, arrays: Vec<Bytes>) -> Self {
+        Self {
+            buf: fields,
+            arrays: Some(arrays.into()),
+        }
+    }
+
+    /// Byte arrays read apart and not taken yet (a decoder that consumed its
+    /// message exactly leaves none).
+    pub fn arrays_left(&self) -> usize {
+        self.arrays.as_ref().map_or(0, VecDeque::len)
+    }
+
+    /// A non-null byte array (a protocol with `null`) that a [`crate::Splitter`]
+    /// may have read apart: the next array read apart when the message part was
+    /// read split, else a slice of it.
+    pub fn split_byte_array(&mut self, field: &'static str) -> Result<ByteArray, WireError> {
+        if self.arrays.is_none() {
+            return self.non_null_byte_array(field).map(ByteArray::InFrame);
+        }
+        let len = match self.i32(field)? {
+            -1 => return Err(WireError::NullString { field }),
+            len if len < 0 => return Err(WireError::NegativeLength { field, value: len }),
+            len => len as usize,
+        };
+        match self.arrays.as_mut().and_then(VecDeque::pop_front) {
+            Some(array) if array.len() == len => Ok(ByteArray::Own(array)),
+            // The splitter and the decoder disagree about where arrays are, or
+            // the frame ended first: either way the message is short.
+            _ => Err(WireError::Truncated { field }),
+        }
     }
 
     /// Bytes not read yet.
@@ -226,6 +278,43 @@ mod tests {
             })
         ));
         assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn split_arrays_come_in_wire_order_and_must_match_their_lengths() {
+        let mut fields = BytesMut::new();
+        fields.put_i32(3);
+        fields.put_i32(2);
+        fields.put_i32(5);
+        fields.put_i32(-1);
+        let arrays = vec![Bytes::from_static(b"abc"), Bytes::from_static(b"de")];
+        let mut r = FieldReader::split(fields.freeze(), arrays);
+        assert!(matches!(r.split_byte_array("a"), Ok(ByteArray::Own(b)) if b == "abc"));
+        assert!(matches!(r.split_byte_array("b"), Ok(ByteArray::Own(b)) if b == "de"));
+        assert_eq!(r.arrays_left(), 0);
+        // Announced 5 bytes, but no array is left.
+        assert!(matches!(
+            r.split_byte_array("c"),
+            Err(WireError::Truncated { field: "c" })
+        ));
+        assert!(matches!(
+            r.split_byte_array("d"),
+            Err(WireError::NullString { field: "d" })
+        ));
+        // Not split: the array is a slice of the message part.
+        let mut inline = BytesMut::new();
+        inline.put_i32(2);
+        inline.put_slice(b"xy");
+        let mut r = FieldReader::new(inline.freeze());
+        assert!(matches!(r.split_byte_array("e"), Ok(ByteArray::InFrame(b)) if b == "xy"));
+        // An array whose length disagrees with the one read apart.
+        let mut fields = BytesMut::new();
+        fields.put_i32(4);
+        let mut r = FieldReader::split(fields.freeze(), vec![Bytes::from_static(b"abc")]);
+        assert!(matches!(
+            r.split_byte_array("f"),
+            Err(WireError::Truncated { field: "f" })
+        ));
     }
 
     #[test]

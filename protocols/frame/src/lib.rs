@@ -16,6 +16,8 @@
 //! - [`FieldReader`] and the `put_*` writers: big-endian integers, length-prefixed
 //!   byte arrays and strings (with Java `null` as length -1 where a protocol has it);
 //! - [`WireError`]: what can go wrong at this level, whatever the protocol;
+//! - [`Splitter`]: where a frame's large byte arrays are, so the server reads each
+//!   into a buffer of its own;
 //! - [`server`]: the TCP server every frame port runs (connection limits, backpressure,
 //!   one behaviour on bad frames and unencodable replies).
 //!
@@ -27,11 +29,13 @@ mod fields;
 pub mod log_limit;
 pub mod proto_cost;
 pub mod server;
+mod split;
 pub mod traffic;
 
 pub use codec::{frame_parts, FrameCodec, FrameMessage, DEFAULT_MAX_FRAME_SIZE, HEADER_LEN};
 pub use error::WireError;
 pub use fields::{
-    put_bytes, put_count, put_nullable_bytes, put_nullable_string, put_string, wire_len,
+    put_bytes, put_count, put_nullable_bytes, put_nullable_string, put_string, wire_len, ByteArray,
     FieldReader,
 };
+pub use split::{Next, Splitter, MIN_DIRECT_READ, MIN_SPLIT_FRAME};

@@ -23,7 +23,11 @@ impl FrameMessage for Message {
     fn kind_from_id(id: u8) -> Result<MessageType, FrameError> {
         MessageType::from_id(id)
     }
-    fn decode_frame(kind: MessageType, message: Bytes, body: Bytes) -> Result<Self, FrameError> {
+    fn decode_frame(
+        kind: MessageType,
+        message: switchyard_frame::FieldReader,
+        body: Bytes,
+    ) -> Result<Self, FrameError> {
         Message::decode(kind, message, body)
     }
     fn kind_id(&self) -> u8 {

@@ -313,14 +313,13 @@ impl Message {
     }
 
     /// Decodes one frame's message part (`fields`) and body.
-    pub(crate) fn decode(ty: MessageType, fields: Bytes, body: Bytes) -> Result<Self, FrameError> {
+    pub(crate) fn decode(ty: MessageType, mut r: Reader, body: Bytes) -> Result<Self, FrameError> {
         if !ty.has_body() && !body.is_empty() {
             return Err(FrameError::UnexpectedBody {
                 message: ty,
                 len: body.len(),
             });
         }
-        let mut r = Reader::new(fields);
         let message = Self::decode_fields(ty, &mut r, body)?;
         if r.remaining() != 0 {
             return Err(FrameError::TrailingBytes {

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::AsyncRead;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -31,7 +31,9 @@ use tokio_util::task::TaskTracker;
 use super::limits::{ConnectionLimits, Pool, TransportBudget};
 use super::{Handler, Labels};
 use crate::log_limit::{self, LogLimiter};
-use crate::{FrameCodec, FrameMessage, HEADER_LEN};
+use crate::{
+    FieldReader, FrameCodec, FrameMessage, Next, HEADER_LEN, MIN_DIRECT_READ, MIN_SPLIT_FRAME,
+};
 
 /// Replies queued for one connection's socket. A handler that finds the queue full
 /// waits, holding its in-flight slot, so a client that does not read its replies stops
@@ -552,10 +554,11 @@ impl<M: FrameMessage> Reader<M> {
             }
         }
         let arrived = Instant::now();
-        let frame_len = self
+        let header = self
             .codec
-            .frame_len(&self.buf[..HEADER_LEN])
+            .parse_header(&self.buf[..HEADER_LEN])
             .map_err(ReadEnd::Frame)?;
+        let frame_len = header.message_len + header.body_len;
         // Room for the frame before its body is read.
         let shared = (frame_len > SMALL_FRAME).then_some(&self.incoming.1);
         let Some(bytes) = take(&self.incoming.0, shared, frame_len, &closed).await else {
@@ -563,30 +566,184 @@ impl<M: FrameMessage> Reader<M> {
         };
         // The body's deadline runs from when there is room for it: waiting for room
         // (memory pressure) is the server's doing, not the client's.
-        let deadline = Instant::now() + self.frame_timeout;
-        let want = HEADER_LEN + frame_len;
+        let mut frame = FrameRead {
+            deadline: Instant::now() + self.frame_timeout,
+            closed,
+            have: 0,
+            want: frame_len,
+        };
+        let splitter = M::splitter(header.kind).filter(|_| frame_len >= MIN_SPLIT_FRAME);
+        let Some(splitter) = splitter else {
+            return match self.read_whole(&mut frame).await? {
+                Some(()) => match self.codec.decode(&mut self.buf) {
+                    Ok(Some(message)) => Ok(Some((message, bytes, arrived))),
+                    Ok(None) => unreachable!("a whole frame is buffered"),
+                    Err(e) => Err(ReadEnd::Frame(e)),
+                },
+                None => Ok(None),
+            };
+        };
+        self.buf.advance(HEADER_LEN);
+        let Some(fields) = self
+            .read_split(splitter, header.message_len, &mut frame)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut body = BytesMut::new();
+        if self
+            .fill(&mut body, header.body_len, &mut frame)
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        match M::decode_frame(header.kind, fields, body.freeze()) {
+            Ok(message) => Ok(Some((message, bytes, arrived))),
+            Err(e) => Err(ReadEnd::Frame(e)),
+        }
+    }
+
+    /// Buffers the rest of a frame (header included) in `buf`, for the codec.
+    async fn read_whole(&mut self, frame: &mut FrameRead) -> Result<Option<()>, ReadEnd<M::Error>> {
+        let want = HEADER_LEN + frame.want;
         while self.buf.len() < want {
             // Grow with what arrives (BytesMut doubles), not to the announced size
             // at once: a header alone must not allocate its frame.
             self.buf.reserve((want - self.buf.len()).min(BODY_READ));
-            let n = tokio::select! {
-                _ = closed.cancelled() => return Ok(None),
-                n = self.read.read_buf(&mut self.buf) => n.map_err(ReadEnd::Io)?,
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(ReadEnd::Stalled { have: self.buf.len(), want });
-                }
-            };
-            if n == 0 {
-                return Err(ReadEnd::Truncated {
-                    have: self.buf.len(),
-                    want,
-                });
+            frame.have = self.buf.len() - HEADER_LEN;
+            if self.read_into_buf(frame).await?.is_none() {
+                return Ok(None);
             }
         }
-        match self.codec.decode(&mut self.buf) {
-            Ok(Some(message)) => Ok(Some((message, bytes, arrived))),
-            Ok(None) => unreachable!("a whole frame is buffered"),
-            Err(e) => Err(ReadEnd::Frame(e)),
+        Ok(Some(()))
+    }
+
+    /// Reads a message part of `len` bytes as its splitter walks it: its
+    /// fields into one buffer, each array into one of its own.
+    async fn read_split(
+        &mut self,
+        mut splitter: Box<dyn crate::Splitter>,
+        len: usize,
+        frame: &mut FrameRead,
+    ) -> Result<Option<FieldReader>, ReadEnd<M::Error>> {
+        let mut fields = BytesMut::new();
+        let mut arrays = Vec::new();
+        let mut left = len;
+        while left > 0 {
+            match splitter.next(&fields) {
+                Next::Fields(upto) if upto.saturating_sub(fields.len()) <= left => {
+                    let n = upto.saturating_sub(fields.len());
+                    if n == 0 {
+                        // A splitter that asks for nothing makes no progress:
+                        // take the rest as fields.
+                        break;
+                    }
+                    if self.fill(&mut fields, n, frame).await?.is_none() {
+                        return Ok(None);
+                    }
+                    left -= n;
+                }
+                Next::Array(n) if n <= left => {
+                    // Allocated at its full size so the socket can fill it in
+                    // place; the pools already hold the whole frame's bytes,
+                    // and pages not yet written are not resident.
+                    let mut array = BytesMut::with_capacity(n);
+                    if self.fill(&mut array, n, frame).await?.is_none() {
+                        return Ok(None);
+                    }
+                    arrays.push(array.freeze());
+                    left -= n;
+                }
+                // The rest, or a frame shorter than the splitter expects: the
+                // decoder reports what is wrong with it.
+                Next::Fields(_) | Next::Array(_) | Next::Rest => break,
+            }
         }
+        if left > 0 && self.fill(&mut fields, left, frame).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(FieldReader::split(fields.freeze(), arrays)))
+    }
+
+    /// Appends the next `n` bytes of the frame to `dst`: what the read buffer
+    /// holds, then straight from the socket while at least [`MIN_DIRECT_READ`]
+    /// is missing (no copy), the last bit through the read buffer.
+    async fn fill(
+        &mut self,
+        dst: &mut BytesMut,
+        n: usize,
+        frame: &mut FrameRead,
+    ) -> Result<Option<()>, ReadEnd<M::Error>> {
+        dst.reserve(n);
+        let mut left = n;
+        loop {
+            let from_buf = left.min(self.buf.len());
+            dst.extend_from_slice(&self.buf[..from_buf]);
+            self.buf.advance(from_buf);
+            frame.have += from_buf;
+            left -= from_buf;
+            if left == 0 {
+                return Ok(Some(()));
+            }
+            let read = if left >= MIN_DIRECT_READ {
+                let mut direct = (&mut *dst).limit(left);
+                let read = frame.read(&mut self.read, &mut direct).await?;
+                if let Some(n) = read {
+                    frame.have += n;
+                    left -= n;
+                }
+                read
+            } else {
+                self.buf.reserve(MIN_DIRECT_READ);
+                self.read_into_buf(frame).await?
+            };
+            if read.is_none() {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// One read of the socket into `buf` (bytes it holds count as the frame's
+    /// once taken from it); None when the connection closed.
+    async fn read_into_buf(
+        &mut self,
+        frame: &FrameRead,
+    ) -> Result<Option<usize>, ReadEnd<M::Error>> {
+        frame.read(&mut self.read, &mut self.buf).await
+    }
+}
+
+/// A frame being read: its deadline and how much of it has arrived.
+struct FrameRead {
+    deadline: Instant,
+    closed: CancellationToken,
+    /// Bytes of the frame's message part and body consumed so far.
+    have: usize,
+    want: usize,
+}
+
+impl FrameRead {
+    /// One read of the socket into `dst`: the bytes read, None when the
+    /// connection is closed; an EOF or the deadline ends the frame.
+    async fn read<E, B: bytes::BufMut>(
+        &self,
+        read: &mut ReadHalf,
+        dst: &mut B,
+    ) -> Result<Option<usize>, ReadEnd<E>> {
+        let n = tokio::select! {
+            _ = self.closed.cancelled() => return Ok(None),
+            n = read.read_buf(dst) => n.map_err(ReadEnd::Io)?,
+            _ = tokio::time::sleep_until(self.deadline) => {
+                return Err(ReadEnd::Stalled { have: self.have, want: self.want });
+            }
+        };
+        if n == 0 {
+            return Err(ReadEnd::Truncated {
+                have: self.have,
+                want: self.want,
+            });
+        }
+        Ok(Some(n))
     }
 }

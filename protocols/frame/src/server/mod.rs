@@ -17,6 +17,10 @@
 //!   allocated, and given back when its handler returns. Without room the reader waits
 //!   and the socket is not read: under memory pressure (handlers waiting for the
 //!   store) every connection stops reading, as Celeborn pauses receive;
+//! - **split reads**: a large frame whose protocol names a [`crate::Splitter`] for it
+//!   (Uniffle's `sendShuffleData`) is read with each byte array it carries in a buffer
+//!   of its own, mostly straight from the socket, so a block kept in memory owns its
+//!   bytes instead of pinning its frame, and is not copied out of it;
 //! - **reply bytes**: a reply's body takes room in the reply pools
 //!   (`max_reply_bytes_per_connection`, `max_reply_bytes`) until it is written; a
 //!   handler that reads data for a reply [`Replier::reserve`]s first, so a client that

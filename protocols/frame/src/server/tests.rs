@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
@@ -17,12 +17,14 @@ use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::{serve, ConnectionLimits, Handler, Replier, TransportBudget};
-use crate::{FrameCodec, FrameMessage, WireError};
+use crate::{FieldReader, FrameCodec, FrameMessage, WireError};
 
 const REQUEST: u8 = 1;
 const REPLY: u8 = 2;
 const HEARTBEAT: u8 = 3;
 const DATA: u8 = 4;
+/// Byte arrays, read split when the frame is large enough.
+const ARRAYS: u8 = 5;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -44,10 +46,27 @@ const UNENCODABLE: u32 = u32::MAX;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Msg {
-    Request { id: u32, op: Op, tag: u8, arg: u32 },
-    Reply { id: u32 },
+    Request {
+        id: u32,
+        op: Op,
+        tag: u8,
+        arg: u32,
+    },
+    Reply {
+        id: u32,
+    },
     Heartbeat,
-    Data { id: u32, body: Bytes },
+    Data {
+        id: u32,
+        body: Bytes,
+    },
+    /// Encoded as id, count, then each array (length + bytes); decoded with
+    /// how many arrays were read into buffers of their own.
+    Arrays {
+        id: u32,
+        arrays: Vec<Bytes>,
+        own: u32,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,16 +91,16 @@ impl FrameMessage for Msg {
 
     fn kind_from_id(id: u8) -> Result<u8, TestError> {
         match id {
-            REQUEST | REPLY | HEARTBEAT | DATA => Ok(id),
+            REQUEST | REPLY | HEARTBEAT | DATA | ARRAYS => Ok(id),
             other => Err(WireError::UnknownMessageType(other).into()),
         }
     }
 
-    fn decode_frame(kind: u8, mut message: Bytes, body: Bytes) -> Result<Self, TestError> {
+    fn decode_frame(kind: u8, mut message: FieldReader, body: Bytes) -> Result<Self, TestError> {
         Ok(match kind {
             REQUEST => {
-                let id = message.get_u32();
-                let op = match message.get_u8() {
+                let id = message.i32("id")? as u32;
+                let op = match message.u8("op")? {
                     0 => Op::Fast,
                     1 => Op::Block,
                     2 => Op::OrderedSleep,
@@ -90,24 +109,46 @@ impl FrameMessage for Msg {
                     5 => Op::BigReply,
                     other => return Err(TestError::BadOp(other)),
                 };
-                let tag = message.get_u8();
+                let tag = message.u8("tag")?;
                 DECODED[tag as usize].fetch_add(1, Ordering::SeqCst);
                 Msg::Request {
                     id,
                     op,
                     tag,
-                    arg: message.get_u32(),
+                    arg: message.i32("arg")? as u32,
                 }
             }
             REPLY => Msg::Reply {
-                id: message.get_u32(),
+                id: message.i32("id")? as u32,
             },
             DATA => Msg::Data {
-                id: message.get_u32(),
+                id: message.i32("id")? as u32,
                 body,
             },
+            ARRAYS => {
+                let id = message.i32("id")? as u32;
+                let count = message.count("arrays", 4)?;
+                let (mut arrays, mut own) = (Vec::new(), 0);
+                for _ in 0..count {
+                    arrays.push(match message.split_byte_array("array")? {
+                        crate::ByteArray::Own(a) => {
+                            own += 1;
+                            a
+                        }
+                        crate::ByteArray::InFrame(a) => a,
+                    });
+                }
+                if message.remaining() != 0 || message.arrays_left() != 0 {
+                    return Err(WireError::Truncated { field: "trailing" }.into());
+                }
+                Msg::Arrays { id, arrays, own }
+            }
             _ => Msg::Heartbeat,
         })
+    }
+
+    fn splitter(kind: u8) -> Option<Box<dyn crate::Splitter>> {
+        (kind == ARRAYS).then(|| Box::new(ArraysSplitter::default()) as Box<dyn crate::Splitter>)
     }
 
     fn kind_id(&self) -> u8 {
@@ -116,6 +157,7 @@ impl FrameMessage for Msg {
             Msg::Reply { .. } => REPLY,
             Msg::Heartbeat => HEARTBEAT,
             Msg::Data { .. } => DATA,
+            Msg::Arrays { .. } => ARRAYS,
         }
     }
 
@@ -138,12 +180,51 @@ impl FrameMessage for Msg {
             Msg::Reply { id } => dst.put_u32(id),
             Msg::Heartbeat => dst.put_u8(0),
             Msg::Data { id, .. } => dst.put_u32(id),
+            Msg::Arrays { id, ref arrays, .. } => {
+                dst.put_u32(id);
+                dst.put_i32(arrays.len() as i32);
+                for a in arrays {
+                    dst.put_i32(a.len() as i32);
+                    dst.put_slice(a);
+                }
+            }
         }
         Ok(())
     }
 
     fn is_heartbeat(&self) -> bool {
         matches!(self, Msg::Heartbeat)
+    }
+}
+
+/// Walks an `ARRAYS` message part: id, count, then length + contents.
+#[derive(Default)]
+struct ArraysSplitter {
+    pos: usize,
+    left: Option<usize>,
+}
+
+impl crate::Splitter for ArraysSplitter {
+    fn next(&mut self, fields: &[u8]) -> crate::Next {
+        let at = |pos: usize| i32::from_be_bytes(fields[pos..pos + 4].try_into().unwrap());
+        let left = match self.left {
+            Some(left) => left,
+            None if fields.len() < 8 => return crate::Next::Fields(8),
+            None => {
+                self.pos = 8;
+                *self.left.insert(at(4).max(0) as usize)
+            }
+        };
+        if left == 0 {
+            return crate::Next::Rest;
+        }
+        if fields.len() < self.pos + 4 {
+            return crate::Next::Fields(self.pos + 4);
+        }
+        let len = at(self.pos);
+        self.pos += 4;
+        self.left = Some(left - 1);
+        crate::Next::Array(len.max(0) as usize)
     }
 }
 
@@ -190,6 +271,21 @@ impl Handler<Msg> for TestHandler {
     }
 
     async fn handle(self: Arc<Self>, message: Msg, replier: Replier<Msg>) {
+        if let Msg::Arrays { id, arrays, own } = message {
+            // Echoes how many arrays came apart, then their contents.
+            let mut body = BytesMut::new();
+            body.put_u32(own);
+            for a in &arrays {
+                body.put_slice(a);
+            }
+            replier
+                .send(Msg::Data {
+                    id,
+                    body: body.freeze(),
+                })
+                .await;
+            return;
+        }
         let Msg::Request { id, op, arg, .. } = message else {
             self.unexpected.fetch_add(1, Ordering::SeqCst);
             return;
@@ -294,6 +390,7 @@ impl Client {
             .expect("no reply within 10 s");
         match next {
             Some(Ok(Msg::Reply { id })) | Some(Ok(Msg::Data { id, .. })) => Some(id),
+            Some(Ok(Msg::Arrays { .. })) => panic!("arrays are not a reply"),
             Some(Ok(other)) => panic!("not a reply: {other:?}"),
             Some(Err(_)) | None => None,
         }
@@ -616,4 +713,101 @@ async fn one_peer_cannot_take_every_place() {
         a_new_connection_is_served(server.addr).await,
         "no peer place freed after a connection closed"
     );
+}
+
+/// Reads one `Data` reply: its id and body.
+async fn data_reply(client: &mut Client) -> Option<(u32, Bytes)> {
+    let next = tokio::time::timeout(Duration::from_secs(10), client.replies.next())
+        .await
+        .expect("no reply within 10 s");
+    match next {
+        Some(Ok(Msg::Data { id, body })) => Some((id, body)),
+        Some(Ok(other)) => panic!("not a data reply: {other:?}"),
+        Some(Err(_)) | None => None,
+    }
+}
+
+fn arrays_of(sizes: &[usize]) -> Vec<Bytes> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| Bytes::from((0..n).map(|k| (k * 31 + i * 7) as u8).collect::<Vec<_>>()))
+        .collect()
+}
+
+#[tokio::test]
+async fn large_arrays_are_read_into_buffers_of_their_own() {
+    let server = start(16, 8).await;
+    let mut client = Client::connect(server.addr).await;
+    // Large and tiny arrays, empty ones, and one just under the direct-read size.
+    let sizes = [100, 300 << 10, 5, 0, 70 << 10, (1 << 20) + 3, 63 << 10, 1];
+    let arrays = arrays_of(&sizes);
+    let mut wire = encoded(&[Msg::Arrays {
+        id: 1,
+        arrays: arrays.clone(),
+        own: 0,
+    }]);
+    // A request right behind it in the same bytes: what was read ahead of
+    // the split frame's end must not be lost.
+    wire.extend_from_slice(&encoded(&[request(2, Op::Fast, 0, 0)]));
+    // In uneven pieces, so arrays begin and end mid-read.
+    for piece in wire.chunks(7919) {
+        client.write.write_all(piece).await.unwrap();
+        client.write.flush().await.unwrap();
+        tokio::task::yield_now().await;
+    }
+    let (id, body) = data_reply(&mut client).await.expect("a reply");
+    assert_eq!(id, 1);
+    assert_eq!(
+        &body[..4],
+        &(sizes.len() as u32).to_be_bytes(),
+        "every array came apart"
+    );
+    assert_eq!(&body[4..], &arrays.concat()[..]);
+    assert_eq!(client.reply().await, Some(2));
+
+    // A frame below the split size is read whole: its arrays are slices of it.
+    let small = arrays_of(&[10, 20 << 10, 3]);
+    client
+        .send(&[Msg::Arrays {
+            id: 3,
+            arrays: small.clone(),
+            own: 0,
+        }])
+        .await;
+    let (id, body) = data_reply(&mut client).await.expect("a reply");
+    assert_eq!(id, 3);
+    assert_eq!(&body[..4], &0u32.to_be_bytes());
+    assert_eq!(&body[4..], &small.concat()[..]);
+}
+
+#[tokio::test]
+async fn a_split_frame_that_lies_about_its_arrays_is_a_bad_frame() {
+    let server = start(16, 8).await;
+    // Announces three arrays and carries one: the decoder finds it short.
+    let mut fields = BytesMut::new();
+    fields.put_u32(7);
+    fields.put_i32(3);
+    fields.put_i32(300 << 10);
+    fields.put_slice(&vec![1u8; 300 << 10]);
+    // An array longer than its whole frame: the rest is read as fields.
+    let mut longer = BytesMut::new();
+    longer.put_u32(8);
+    longer.put_i32(1);
+    longer.put_i32(10 << 20);
+    longer.put_slice(&vec![2u8; 300 << 10]);
+    for fields in [fields, longer] {
+        let mut wire = BytesMut::new();
+        wire.put_i32(fields.len() as i32);
+        wire.put_u8(ARRAYS);
+        wire.put_i32(0);
+        wire.extend_from_slice(&fields);
+        let mut client = Client::connect(server.addr).await;
+        client.write.write_all(&wire).await.unwrap();
+        assert!(
+            client.closed().await,
+            "a bad split frame closes its connection"
+        );
+        assert!(a_new_connection_is_served(server.addr).await);
+    }
 }

@@ -7,12 +7,13 @@
 //! gRPC message (`rss.rpc.message.max.size`).
 
 use bytes::{Bytes, BytesMut};
-use switchyard_frame::{FrameCodec, FrameMessage};
+use switchyard_frame::{FieldReader, FrameCodec, FrameMessage, Splitter};
 
 pub use switchyard_frame::{DEFAULT_MAX_FRAME_SIZE, HEADER_LEN};
 
 use super::error::CodecError;
 use super::message::{Message, MessageType};
+use super::requests::SendDataSplitter;
 
 /// Codec for the Uniffle Netty data plane, usable on both ends of a connection.
 pub type UniffleCodec = FrameCodec<Message>;
@@ -25,8 +26,16 @@ impl FrameMessage for Message {
     fn kind_from_id(id: u8) -> Result<MessageType, CodecError> {
         MessageType::from_id(id)
     }
-    fn decode_frame(kind: MessageType, message: Bytes, body: Bytes) -> Result<Self, CodecError> {
+    fn decode_frame(
+        kind: MessageType,
+        message: FieldReader,
+        body: Bytes,
+    ) -> Result<Self, CodecError> {
         Message::decode(kind, message, body)
+    }
+    fn splitter(kind: MessageType) -> Option<Box<dyn Splitter>> {
+        (kind == MessageType::SendShuffleDataRequest)
+            .then(|| Box::new(SendDataSplitter::default()) as Box<dyn Splitter>)
     }
     fn kind_id(&self) -> u8 {
         self.message_type().id()

@@ -266,7 +266,7 @@ impl Message {
     /// a corrupt or foreign stream, and for responses it would shift the body.
     pub(crate) fn decode(
         kind: MessageType,
-        fields: Bytes,
+        mut fields: Reader,
         body: Bytes,
     ) -> Result<Self, CodecError> {
         if !kind.has_body() && !body.is_empty() {
@@ -275,7 +275,7 @@ impl Message {
                 len: body.len(),
             });
         }
-        let r = &mut Reader::new(fields);
+        let r = &mut fields;
         let message = match kind {
             MessageType::RpcResponse => Message::RpcResponse(ResponseHead::decode(r)?),
             MessageType::SendShuffleDataRequest => {
@@ -318,7 +318,8 @@ impl Message {
                 GetMemoryShuffleDataV2Response::decode(r, body)?,
             ),
         };
-        if r.remaining() != 0 {
+        // Arrays read apart and not taken would be bytes the decoder skipped.
+        if r.remaining() != 0 || r.arrays_left() != 0 {
             return Err(CodecError::TrailingBytes {
                 message: kind,
                 unread: r.remaining(),

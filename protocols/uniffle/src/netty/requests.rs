@@ -8,7 +8,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::CodecError;
 use crate::bitmap::{BitmapError, IdBitmap};
-use switchyard_frame::{put_count, put_nullable_bytes, put_string, FieldReader as Reader};
+use switchyard_frame::{
+    put_count, put_nullable_bytes, put_string, ByteArray, FieldReader as Reader, Next, Splitter,
+};
 
 /// Replica servers listed per block: the client lists the block's replica
 /// servers (`rss.data.replica`, 1 to 3 in practice); servers ignore them.
@@ -108,11 +110,14 @@ impl ShuffleBlock {
         let shuffle_id = r.i32("block shuffleId")?;
         let crc = r.i64("block crc")?;
         let task_attempt_id = r.i64("block taskAttemptId")?;
-        // A block less than half its frame is copied out, or it would pin
-        // the whole frame (other blocks, ignored replica strings) while
-        // charged for its own bytes only.
-        let data =
-            switchyard_storage::Block::detach(r.non_null_byte_array("block data")?, frame_len);
+        // A block read apart owns its buffer (see `SendDataSplitter`). One
+        // sliced from a frame read whole and less than half of it is copied
+        // out, or it would pin the whole frame (other blocks, ignored replica
+        // strings) while charged for its own bytes only.
+        let data = match r.split_byte_array("block data")? {
+            ByteArray::Own(data) => data,
+            ByteArray::InFrame(data) => switchyard_storage::Block::detach(data, frame_len),
+        };
         let replica_count = r.count_at_most(
             "replica",
             ReplicaServer::MIN_ENCODED_LEN,
@@ -213,6 +218,147 @@ impl SendShuffleDataRequest {
             partitions,
             timestamp: r.i64("timestamp")?,
         })
+    }
+}
+
+/// Walks a [`SendShuffleDataRequest`] as it arrives, so the server reads each
+/// block's data into a buffer of its own ([`Splitter`]). It follows the
+/// layout of `decode` by lengths and counts only; `decode` checks the rest.
+#[derive(Debug, Default)]
+pub(crate) struct SendDataSplitter {
+    /// Where the next unwalked field starts in the fields read so far.
+    pos: usize,
+    step: SendDataStep,
+    partitions_left: usize,
+    blocks_left: usize,
+    replicas_left: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+enum SendDataStep {
+    /// requestId, appId's length.
+    #[default]
+    Head,
+    /// appId, shuffleId, requireBufferId, the partition count.
+    AppId,
+    /// partitionId, the block count.
+    Partition,
+    /// The fixed fields of a block and its data's length.
+    Block,
+    /// The replica count after a block's data.
+    ReplicaCount,
+    /// One replica server: two strings and two ports.
+    Replica,
+    /// uncompressLength, freeMemory.
+    BlockTail,
+    /// timestamp.
+    Done,
+}
+
+/// The `i32` at `pos`, or 0 for a length a decoder refuses anyway.
+fn len_at(fields: &[u8], pos: usize) -> usize {
+    let raw = i32::from_be_bytes(fields[pos..pos + 4].try_into().expect("4 bytes"));
+    usize::try_from(raw).unwrap_or(0)
+}
+
+impl Splitter for SendDataSplitter {
+    fn next(&mut self, fields: &[u8]) -> Next {
+        use SendDataStep as S;
+        loop {
+            // Each step's fixed part must have arrived before it is walked.
+            let need = |n: usize| (fields.len() < n).then_some(Next::Fields(n));
+            match self.step {
+                S::Head => {
+                    let end = self.pos + 8 + 4;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.pos = end;
+                    self.step = S::AppId;
+                }
+                S::AppId => {
+                    let end = self.pos + len_at(fields, self.pos - 4) + 4 + 8 + 4;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.partitions_left = len_at(fields, end - 4);
+                    self.pos = end;
+                    self.step = S::Partition;
+                }
+                S::Partition => {
+                    if self.partitions_left == 0 {
+                        self.step = S::Done;
+                        continue;
+                    }
+                    let end = self.pos + 8;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.blocks_left = len_at(fields, end - 4);
+                    self.partitions_left -= 1;
+                    self.pos = end;
+                    self.step = S::Block;
+                }
+                S::Block => {
+                    if self.blocks_left == 0 {
+                        self.step = S::Partition;
+                        continue;
+                    }
+                    // partitionId, blockId, length, shuffleId, crc,
+                    // taskAttemptId, the data's length.
+                    let end = self.pos + 4 + 8 + 4 + 4 + 8 + 8 + 4;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.pos = end;
+                    self.step = S::ReplicaCount;
+                    // Null (-1) has no contents; `decode` refuses it.
+                    let raw = i32::from_be_bytes(fields[end - 4..end].try_into().expect("4"));
+                    if let Ok(len) = usize::try_from(raw) {
+                        return Next::Array(len);
+                    }
+                }
+                S::ReplicaCount => {
+                    let end = self.pos + 4;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.replicas_left = len_at(fields, self.pos);
+                    self.pos = end;
+                    self.step = S::Replica;
+                }
+                S::Replica => {
+                    if self.replicas_left == 0 {
+                        self.step = S::BlockTail;
+                        continue;
+                    }
+                    let id_end = self.pos + 4;
+                    if let Some(more) = need(id_end) {
+                        return more;
+                    }
+                    let host_len_end = id_end + len_at(fields, self.pos) + 4;
+                    if let Some(more) = need(host_len_end) {
+                        return more;
+                    }
+                    let end = host_len_end + len_at(fields, host_len_end - 4) + 4 + 4;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.replicas_left -= 1;
+                    self.pos = end;
+                }
+                S::BlockTail => {
+                    let end = self.pos + 4 + 8;
+                    if let Some(more) = need(end) {
+                        return more;
+                    }
+                    self.blocks_left -= 1;
+                    self.pos = end;
+                    self.step = S::Block;
+                }
+                S::Done => return Next::Rest,
+            }
+        }
     }
 }
 

@@ -661,7 +661,112 @@ fn a_bad_frame_does_not_desynchronize_the_stream() {
     assert_eq!(codec.decode(&mut src).unwrap(), Some(next));
 }
 
+/// Decodes `frame` as the server reads a frame split: the message part walked
+/// by its splitter, fields in one buffer, each array in its own.
+fn decode_split(frame: &[u8]) -> Result<Message, CodecError> {
+    use switchyard_frame::{FieldReader, FrameMessage, Next};
+    let kind = MessageType::from_id(frame[4])?;
+    let message_len = i32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+    let part = &frame[HEADER_LEN..HEADER_LEN + message_len];
+    let mut splitter = Message::splitter(kind).expect("a splitter for this kind");
+    let (mut fields, mut arrays, mut pos) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let left = part.len() - pos;
+        match splitter.next(&fields) {
+            Next::Fields(upto) if upto > fields.len() && upto - fields.len() <= left => {
+                let n = upto - fields.len();
+                fields.extend_from_slice(&part[pos..pos + n]);
+                pos += n;
+            }
+            Next::Array(n) if n <= left => {
+                arrays.push(Bytes::copy_from_slice(&part[pos..pos + n]));
+                pos += n;
+            }
+            _ => break,
+        }
+    }
+    fields.extend_from_slice(&part[pos..]);
+    let body = Bytes::copy_from_slice(&frame[HEADER_LEN + message_len..]);
+    Message::decode_frame(kind, FieldReader::split(fields.into(), arrays), body)
+}
+
+#[test]
+fn only_send_requests_are_read_split() {
+    use switchyard_frame::FrameMessage;
+    for kind in every_message().iter().map(Message::message_type) {
+        let split = Message::splitter(kind).is_some();
+        assert_eq!(
+            split,
+            kind == MessageType::SendShuffleDataRequest,
+            "{kind:?}"
+        );
+    }
+}
+
 proptest! {
+    #[test]
+    fn send_requests_decode_the_same_split_or_whole(
+        app_id in "[a-z0-9_-]{0,20}",
+        partitions in proptest::collection::vec(
+            proptest::collection::vec(
+                (
+                    proptest::collection::vec(any::<u8>(), 0..300),
+                    proptest::collection::vec(("[a-z0-9.-]{0,12}", "[a-z0-9.]{0,12}"), 0..3),
+                ),
+                0..4,
+            ),
+            0..4,
+        ),
+    ) {
+        let message = Message::SendShuffleData(SendShuffleDataRequest {
+            request_id: 11,
+            app_id,
+            shuffle_id: 3,
+            require_buffer_id: 9,
+            partitions: partitions
+                .into_iter()
+                .enumerate()
+                .map(|(p, blocks)| PartitionBlocks {
+                    partition_id: p as i32,
+                    blocks: blocks
+                        .into_iter()
+                        .enumerate()
+                        .map(|(b, (data, replicas))| ShuffleBlock {
+                            partition_id: p as i32,
+                            block_id: b as i64,
+                            length: data.len() as i32,
+                            shuffle_id: 3,
+                            crc: 7,
+                            task_attempt_id: 1,
+                            data: Bytes::from(data),
+                            replicas: replicas
+                                .into_iter()
+                                .map(|(id, host)| ReplicaServer {
+                                    id,
+                                    host,
+                                    grpc_port: 1,
+                                    netty_port: 2,
+                                })
+                                .collect(),
+                            uncompress_length: 5,
+                            free_memory: -1,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            timestamp: 42,
+        });
+        let frame = encode(&message);
+        prop_assert_eq!(decode_split(&frame).unwrap(), message);
+    }
+
+    #[test]
+    fn split_send_requests_with_random_fields_never_panic(
+        fields in proptest::collection::vec(any::<u8>(), 1..400),
+    ) {
+        let _ = decode_split(&java_frame(3, &fields, &[]));
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let mut codec = UniffleCodec::new(1 << 16);
