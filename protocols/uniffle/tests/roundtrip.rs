@@ -11,6 +11,7 @@ use bytesize::ByteSize;
 use switchyard_storage::{Store, StoreConfig};
 use switchyard_uniffle::bitmap::IdBitmap;
 use switchyard_uniffle::client::{ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport};
+use switchyard_uniffle::config::ReportDurability;
 use switchyard_uniffle::proto::*;
 use switchyard_uniffle::server::stored_app;
 use switchyard_uniffle::{UniffleConfig, UniffleNode};
@@ -29,6 +30,14 @@ async fn start(memory: u64) -> Env {
 }
 
 async fn start_with(memory: u64, tune: impl FnOnce(&mut StoreConfig)) -> Env {
+    start_full(memory, tune, |_| {}).await
+}
+
+async fn start_full(
+    memory: u64,
+    tune: impl FnOnce(&mut StoreConfig),
+    tune_uniffle: impl FnOnce(&mut UniffleConfig),
+) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut sc = StoreConfig::default();
     sc.memory.capacity = ByteSize::b(memory);
@@ -39,7 +48,7 @@ async fn start_with(memory: u64, tune: impl FnOnce(&mut StoreConfig)) -> Env {
     sc.disks.min_free = ByteSize::b(0);
     tune(&mut sc);
     let store = Store::open(sc).await.unwrap();
-    let uc = UniffleConfig {
+    let mut uc = UniffleConfig {
         coordinator_listen: "127.0.0.1:0".parse().unwrap(),
         server_grpc_listen: "127.0.0.1:0".parse().unwrap(),
         server_netty_listen: Some("127.0.0.1:0".parse().unwrap()),
@@ -48,6 +57,7 @@ async fn start_with(memory: u64, tune: impl FnOnce(&mut StoreConfig)) -> Env {
         registration_secret: Some(SECRET.into()),
         ..Default::default()
     };
+    tune_uniffle(&mut uc);
     let node = UniffleNode::start(uc, store.clone()).await.unwrap();
     Env {
         _dir: dir,
@@ -814,6 +824,50 @@ async fn finish_shuffle_fails_in_bounded_time_with_no_writable_tier() {
         (5000, 0),
         "still in memory"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_report_is_answered_before_its_commit() {
+    // No tier can take the data, so no commit can end: a durable report
+    // fails, a background one is answered and its blocks read from memory.
+    for durability in [ReportDurability::Durable, ReportDurability::Background] {
+        let env = start_full(
+            16 << 20,
+            |sc| {
+                sc.commit_timeout = Duration::from_millis(300);
+                sc.disks.min_free = ByteSize::b(u64::MAX);
+            },
+            |uc| uc.report_durability = durability,
+        )
+        .await;
+        let app = "app-report";
+        let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+            .await
+            .unwrap();
+        s.register_shuffle(app, 0, &[(0, 1)]).await.unwrap();
+        let id = block_id(0, 0, 3);
+        let block = ClientBlock::new(id, 3, data(id, 5000));
+        s.send(app, 0, vec![(0, vec![block.clone()])])
+            .await
+            .unwrap();
+        let reported = s.report(app, 0, 3, HashMap::from([(0, vec![id])])).await;
+        let bitmap = s.shuffle_result(app, 0, vec![0]).await.unwrap();
+        if durability == ReportDurability::Durable {
+            assert!(reported.is_err(), "a durable report waits for its commit");
+            assert_eq!(bitmap.len(), 0, "nothing reported");
+            continue;
+        }
+        reported.expect("a background report is answered at once");
+        assert_eq!(bitmap.len(), 1);
+        let got = s
+            .read_partition(app, 0, 0, &bitmap, ReadOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(got, vec![block]);
+        let key = switchyard_storage::PartitionKey::new(stored_app(app), 0, 0);
+        let stats = env.store.partition_stats(&key).unwrap();
+        assert_eq!((stats.memory_bytes, stats.disk_bytes), (5000, 0));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

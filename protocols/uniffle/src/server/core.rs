@@ -17,7 +17,7 @@ use switchyard_frame::traffic::{self, Protocol, Request};
 use super::apps::{AppState, ShuffleState};
 use super::tickets::Tickets;
 use crate::bitmap::IdBitmap;
-use crate::config::UniffleConfig;
+use crate::config::{ReportDurability, UniffleConfig};
 use crate::error::{Result, UniffleError};
 
 /// Blocks read from memory, as both transports return them.
@@ -59,6 +59,10 @@ const REPORT_NOTE: &str = "report/";
 pub fn stored(app: &str) -> AppId {
     scoped_app(NAMESPACE, app)
 }
+
+/// Failed background commits, logged at most this often (each is counted).
+static BACKGROUND_COMMIT_LOG: switchyard_frame::log_limit::LogLimiter =
+    switchyard_frame::log_limit::LogLimiter::new(10_000, 1);
 
 pub struct ShuffleServerCore {
     store: Arc<Store>,
@@ -366,7 +370,8 @@ impl ShuffleServerCore {
     /// Records a map task's block ids. The blocks of the partitions it names
     /// are made durable and recorded with the ids first (the store's
     /// `commit_partitions`), so that what a reader is told exists survives a
-    /// restart of this server.
+    /// restart of this server; with `report_durability = background` the ids
+    /// are recorded at once and that commit runs in the background.
     pub async fn report_shuffle_result(
         &self,
         app: &str,
@@ -385,8 +390,25 @@ impl ShuffleServerCore {
                 super::apps::report_note(&partitions),
             ),
         ];
+        let app = stored(app);
+        if self.config.report_durability == ReportDurability::Background {
+            for (p, ids) in partitions {
+                state.report(p, &ids);
+            }
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.commit_partitions(&app, shuffle, &ids, notes).await {
+                    metrics::counter!("switchyard_uniffle_background_commit_failures_total")
+                        .increment(1);
+                    if let Some(suppressed) = BACKGROUND_COMMIT_LOG.allow() {
+                        tracing::warn!(%app, shuffle, error = %e, suppressed, "background commit of a reported shuffle result failed: a restart will not recover those blocks");
+                    }
+                }
+            });
+            return Ok(());
+        }
         self.store
-            .commit_partitions(&stored(app), shuffle, &ids, notes)
+            .commit_partitions(&app, shuffle, &ids, notes)
             .await?;
         for (p, ids) in partitions {
             state.report(p, &ids);
