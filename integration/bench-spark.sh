@@ -19,6 +19,8 @@
 #   BENCH_GIB           groupby size in GiB (default 1)
 #   BENCH_SQL_ROWS      store_sales rows of the SQL workload (default 1500000)
 #   UNIFFLE_VERSION     default 0.9.2;  CELEBORN_VERSION  default 0.5.4
+#   BENCH_UNIFFLE_CONF  extra [uniffle] lines for the gateway, ';'-separated
+#                       (e.g. 'report_durability = "background"')
 # Report: integration/target/bench/<time>/report.txt (also printed).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,6 +36,7 @@ exec "${MVN:-mvn}" -B test -Dshuffle.client=bench -Dswitchyard.bin="$SWITCHYARD_
   -Dswitchyard.bench.clients="${BENCH_CLIENTS:-vanilla,uniffle-GRPC,celeborn-HASH}" \
   -Dswitchyard.bench.gib="${BENCH_GIB:-1}" \
   -Dswitchyard.bench.sqlRows="${BENCH_SQL_ROWS:-1500000}" \
+  -Dswitchyard.uniffle.conf="${BENCH_UNIFFLE_CONF:-}" \
   -Duniffle.client.version="${UNIFFLE_VERSION:-0.9.2}" -Duniffle.client.type=GRPC \
   -Dceleborn.client.version="${CELEBORN_VERSION:-0.5.4}" -Dceleborn.writers=HASH \
   "$@"

@@ -200,6 +200,7 @@ public final class SwitchyardProcess implements AutoCloseable {
         + "server_grpc_listen = \"127.0.0.1:" + grpcPort + "\"\n"
         + "server_netty_listen = \"127.0.0.1:" + nettyPort + "\"\n"
         + "advertised_host = \"127.0.0.1\"\n"
+        + uniffleConf()
         + (celeborn ? celebornSection() : "[celeborn]\nenabled = false\n")
         + "[storage.memory]\n"
         + "capacity = \"" + tomlEscape(memoryCapacity) + "\"\n"
@@ -212,6 +213,16 @@ public final class SwitchyardProcess implements AutoCloseable {
         // full one shows up as ENOSPC.
         + "min_free = \"64MiB\"\n"
         + extraToml;
+  }
+
+  /**
+   * Extra lines for {@code [uniffle]} from the system property {@code switchyard.uniffle.conf}
+   * (lines separated by {@code ;}), e.g. {@code report_durability = "background"} for
+   * integration/bench-spark.sh's BENCH_UNIFFLE_CONF.
+   */
+  static String uniffleConf() {
+    String conf = System.getProperty("switchyard.uniffle.conf", "").trim();
+    return conf.isEmpty() ? "" : conf.replace(';', '\n') + "\n";
   }
 
   /**
