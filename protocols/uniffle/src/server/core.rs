@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
 use switchyard_storage::{
     scoped_app, unscoped_app, AppId, AppListener, AppRemoved, Block, BlockMeta, PartitionIndex,
-    PartitionKey, Store,
+    PartitionKey, StorageError, Store,
 };
 
 use switchyard_frame::traffic::{self, Protocol, Request};
@@ -397,11 +397,16 @@ impl ShuffleServerCore {
             }
             let store = self.store.clone();
             tokio::spawn(async move {
-                if let Err(e) = store.commit_partitions(&app, shuffle, &ids, notes).await {
+                match store.commit_partitions(&app, shuffle, &ids, notes).await {
+                    Ok(())
+                    // Removed meanwhile: nothing is left to keep.
+                    | Err(StorageError::ShuffleRemoved { .. } | StorageError::UnknownApp(_)) => {}
+                    Err(e) => {
                     metrics::counter!("switchyard_uniffle_background_commit_failures_total")
                         .increment(1);
                     if let Some(suppressed) = BACKGROUND_COMMIT_LOG.allow() {
                         tracing::warn!(%app, shuffle, error = %e, suppressed, "background commit of a reported shuffle result failed: a restart will not recover those blocks");
+                    }
                     }
                 }
             });
