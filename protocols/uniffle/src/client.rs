@@ -286,7 +286,11 @@ impl ShuffleServer {
         })
     }
 
-    /// requireBuffer + sendShuffleData for blocks of several partitions.
+    /// requireBuffer + sendShuffleData for blocks of several partitions. Asks
+    /// for the buffer the stock clients ask for: each block's size plus 32
+    /// bytes of its fields (`ShuffleBlockInfo.getSize`), and over Netty also
+    /// the request's encoded length, which the JVM server releases when the
+    /// frame is decoded (`ShuffleServerGrpcNettyClient.sendShuffleData`).
     pub async fn send(
         &mut self,
         app: &str,
@@ -298,83 +302,84 @@ impl ShuffleServer {
             .flat_map(|(_, b)| b.iter())
             .map(|b| b.data.len() as i64 + 32)
             .sum();
-        let partitions = blocks.iter().map(|(p, _)| *p).collect();
-        let ticket = self
-            .require_buffer(app, shuffle, size.min(i32::MAX as i64) as i32, partitions)
-            .await?;
-        match &self.netty {
-            None => {
-                let r = self
-                    .grpc
-                    .send_shuffle_data(SendShuffleDataRequest {
-                        app_id: app.into(),
-                        shuffle_id: shuffle,
-                        require_buffer_id: ticket,
-                        shuffle_data: blocks
-                            .into_iter()
-                            .map(|(partition_id, blocks)| ShuffleData {
-                                partition_id,
-                                block: blocks
-                                    .into_iter()
-                                    .map(|b| ShuffleBlock {
-                                        block_id: b.block_id,
-                                        length: b.data.len() as i32,
-                                        uncompress_length: b.uncompress_length,
-                                        crc: b.crc,
-                                        data: b.data,
-                                        task_attempt_id: b.task_attempt_id,
-                                    })
-                                    .collect(),
-                            })
-                            .collect(),
-                        timestamp: 0,
-                        stage_attempt_number: 0,
-                    })
-                    .await?
-                    .into_inner();
-                check("sendShuffleData", r.status, r.ret_msg)
-            }
-            Some(netty) => {
-                let request = netty::SendShuffleDataRequest {
-                    request_id: netty.next_id(),
+        let partitions: Vec<i32> = blocks.iter().map(|(p, _)| *p).collect();
+        let Some(netty) = &self.netty else {
+            let ticket = self
+                .require_buffer(app, shuffle, size.min(i32::MAX as i64) as i32, partitions)
+                .await?;
+            let r = self
+                .grpc
+                .send_shuffle_data(SendShuffleDataRequest {
                     app_id: app.into(),
                     shuffle_id: shuffle,
                     require_buffer_id: ticket,
-                    partitions: blocks
+                    shuffle_data: blocks
                         .into_iter()
-                        .map(|(partition_id, blocks)| netty::PartitionBlocks {
+                        .map(|(partition_id, blocks)| ShuffleData {
                             partition_id,
-                            blocks: blocks
+                            block: blocks
                                 .into_iter()
-                                .map(|b| netty::ShuffleBlock {
-                                    partition_id,
+                                .map(|b| ShuffleBlock {
                                     block_id: b.block_id,
                                     length: b.data.len() as i32,
-                                    shuffle_id: shuffle,
-                                    crc: b.crc,
-                                    task_attempt_id: b.task_attempt_id,
-                                    data: b.data,
-                                    replicas: Vec::new(),
                                     uncompress_length: b.uncompress_length,
-                                    free_memory: 0,
+                                    crc: b.crc,
+                                    data: b.data,
+                                    task_attempt_id: b.task_attempt_id,
                                 })
                                 .collect(),
                         })
                         .collect(),
                     timestamp: 0,
-                };
-                match netty.call(Message::SendShuffleData(request)).await? {
-                    Message::RpcResponse(h) => check(
-                        "sendShuffleData(netty)",
-                        h.status,
-                        h.ret_message.unwrap_or_default(),
-                    ),
-                    other => Err(ClientError::Netty(format!(
-                        "unexpected reply {:?}",
-                        other.message_type()
-                    ))),
-                }
-            }
+                    stage_attempt_number: 0,
+                })
+                .await?
+                .into_inner();
+            return check("sendShuffleData", r.status, r.ret_msg);
+        };
+        let mut request = netty::SendShuffleDataRequest {
+            request_id: netty.next_id(),
+            app_id: app.into(),
+            shuffle_id: shuffle,
+            require_buffer_id: 0,
+            partitions: blocks
+                .into_iter()
+                .map(|(partition_id, blocks)| netty::PartitionBlocks {
+                    partition_id,
+                    blocks: blocks
+                        .into_iter()
+                        .map(|b| netty::ShuffleBlock {
+                            partition_id,
+                            block_id: b.block_id,
+                            length: b.data.len() as i32,
+                            shuffle_id: shuffle,
+                            crc: b.crc,
+                            task_attempt_id: b.task_attempt_id,
+                            data: b.data,
+                            replicas: Vec::new(),
+                            uncompress_length: b.uncompress_length,
+                            free_memory: 0,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            timestamp: 0,
+        };
+        let size = size + request.encoded_len() as i64;
+        request.require_buffer_id = self
+            .require_buffer(app, shuffle, size.min(i32::MAX as i64) as i32, partitions)
+            .await?;
+        let netty = self.netty.as_ref().expect("checked above");
+        match netty.call(Message::SendShuffleData(request)).await? {
+            Message::RpcResponse(h) => check(
+                "sendShuffleData(netty)",
+                h.status,
+                h.ret_message.unwrap_or_default(),
+            ),
+            other => Err(ClientError::Netty(format!(
+                "unexpected reply {:?}",
+                other.message_type()
+            ))),
         }
     }
 

@@ -187,6 +187,31 @@ impl SendShuffleDataRequest {
         Ok(())
     }
 
+    /// The length of its message part, as Java's `encodedLength()` counts it
+    /// (what the stock Netty client adds to its requireBuffer).
+    pub fn encoded_len(&self) -> usize {
+        let string = |s: &str| 4 + s.len();
+        let blocks: usize = self
+            .partitions
+            .iter()
+            .map(|p| {
+                4 + 4
+                    + p.blocks
+                        .iter()
+                        .map(|b| {
+                            ShuffleBlock::MIN_ENCODED_LEN
+                                + b.data.len()
+                                + b.replicas
+                                    .iter()
+                                    .map(|r| string(&r.id) + string(&r.host) + 4 + 4)
+                                    .sum::<usize>()
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        8 + string(&self.app_id) + 4 + 8 + 4 + blocks + 8
+    }
+
     pub(crate) fn decode(r: &mut Reader) -> Result<Self, CodecError> {
         let frame_len = r.remaining();
         let request_id = r.i64("requestId")?;

@@ -757,6 +757,8 @@ proptest! {
             timestamp: 42,
         });
         let frame = encode(&message);
+        let Message::SendShuffleData(request) = &message else { unreachable!() };
+        prop_assert_eq!(request.encoded_len(), frame.len() - HEADER_LEN);
         prop_assert_eq!(decode_split(&frame).unwrap(), message);
     }
 
