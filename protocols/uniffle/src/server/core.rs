@@ -64,6 +64,30 @@ pub fn stored(app: &str) -> AppId {
 static BACKGROUND_COMMIT_LOG: switchyard_frame::log_limit::LogLimiter =
     switchyard_frame::log_limit::LogLimiter::new(10_000, 1);
 
+/// The commit of a report already answered (`report_durability =
+/// background`). A failure is counted and logged: a restart will not recover
+/// those blocks. A shuffle removed meanwhile has nothing left to keep.
+async fn commit_behind_answer(
+    store: Arc<Store>,
+    app: AppId,
+    shuffle: i32,
+    partitions: Vec<i32>,
+    notes: Vec<(String, Vec<u8>)>,
+) {
+    match store
+        .commit_partitions(&app, shuffle, &partitions, notes)
+        .await
+    {
+        Ok(()) | Err(StorageError::ShuffleRemoved { .. } | StorageError::UnknownApp(_)) => {}
+        Err(e) => {
+            metrics::counter!("switchyard_uniffle_background_commit_failures_total").increment(1);
+            if let Some(suppressed) = BACKGROUND_COMMIT_LOG.allow() {
+                tracing::warn!(%app, shuffle, error = %e, suppressed, "background commit of a reported shuffle result failed: a restart will not recover those blocks");
+            }
+        }
+    }
+}
+
 pub struct ShuffleServerCore {
     store: Arc<Store>,
     apps: DashMap<String, Arc<AppState>>,
@@ -395,21 +419,13 @@ impl ShuffleServerCore {
             for (p, ids) in partitions {
                 state.report(p, &ids);
             }
-            let store = self.store.clone();
-            tokio::spawn(async move {
-                match store.commit_partitions(&app, shuffle, &ids, notes).await {
-                    Ok(())
-                    // Removed meanwhile: nothing is left to keep.
-                    | Err(StorageError::ShuffleRemoved { .. } | StorageError::UnknownApp(_)) => {}
-                    Err(e) => {
-                    metrics::counter!("switchyard_uniffle_background_commit_failures_total")
-                        .increment(1);
-                    if let Some(suppressed) = BACKGROUND_COMMIT_LOG.allow() {
-                        tracing::warn!(%app, shuffle, error = %e, suppressed, "background commit of a reported shuffle result failed: a restart will not recover those blocks");
-                    }
-                    }
-                }
-            });
+            tokio::spawn(commit_behind_answer(
+                self.store.clone(),
+                app,
+                shuffle,
+                ids,
+                notes,
+            ));
             return Ok(());
         }
         self.store
