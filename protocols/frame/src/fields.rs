@@ -60,11 +60,9 @@ impl FieldReader {
         if self.arrays.is_none() {
             return self.non_null_byte_array(field).map(ByteArray::InFrame);
         }
-        let len = match self.i32(field)? {
-            -1 => return Err(WireError::NullString { field }),
-            len if len < 0 => return Err(WireError::NegativeLength { field, value: len }),
-            len => len as usize,
-        };
+        let len = self
+            .nullable_len(field)?
+            .ok_or(WireError::NullString { field })?;
         match self.arrays.as_mut().and_then(VecDeque::pop_front) {
             Some(array) if array.len() == len => Ok(ByteArray::Own(array)),
             // The splitter and the decoder disagree about where arrays are, or
@@ -123,10 +121,18 @@ impl FieldReader {
 
     /// A byte array where length -1 is Java `null`.
     pub fn nullable_byte_array(&mut self, field: &'static str) -> Result<Option<Bytes>, WireError> {
+        match self.nullable_len(field)? {
+            None => Ok(None),
+            Some(len) => self.bytes(len, field).map(Some),
+        }
+    }
+
+    /// The length of a byte array where -1 is Java `null` (None).
+    fn nullable_len(&mut self, field: &'static str) -> Result<Option<usize>, WireError> {
         match self.i32(field)? {
             -1 => Ok(None),
             len if len < 0 => Err(WireError::NegativeLength { field, value: len }),
-            len => self.bytes(len as usize, field).map(Some),
+            len => Ok(Some(len as usize)),
         }
     }
 
