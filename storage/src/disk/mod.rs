@@ -390,3 +390,67 @@ fn layers(
     );
     Metrics::new(throttle, figures.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use bytesize::ByteSize;
+
+    use super::*;
+    use crate::block::BlockMeta;
+
+    /// The layers stack in order: a write waits on the rate limit before it
+    /// takes an I/O thread, so a wait longer than `io_timeout` is no hang.
+    #[tokio::test]
+    async fn a_throttled_wait_does_not_count_against_the_io_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DiskConfig {
+            dirs: vec![dir.path().to_path_buf()],
+            write_rate_limit: Some(ByteSize::kib(1)),
+            io_timeout: Duration::from_secs(2),
+            min_free: ByteSize::b(0),
+            ..DiskConfig::default()
+        };
+        let disk = LocalDisk::open(
+            0,
+            dir.path().into(),
+            &config,
+            None,
+            Default::default(),
+            None,
+        )
+        .unwrap();
+        let block = Block {
+            meta: BlockMeta {
+                block_id: 1,
+                map_id: 0,
+                batch_id: None,
+                crc: 0,
+                uncompressed_len: 1024,
+            },
+            data: Bytes::from(vec![5u8; 1024]),
+        };
+        let data = dir.path().join("a/0/p.data");
+        // The first KiB passes at once, the next four take about 4 s.
+        let (waited, tail) = disk
+            .write(
+                data.clone(),
+                dir.path().join("a/0/p.index"),
+                0,
+                vec![block; 5].into(),
+                0,
+                Bytes::from_static(&[1; 8]),
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(waited > config.io_timeout, "waited {waited:?}");
+        assert!(tail.is_none());
+        let s = disk.status();
+        assert_eq!(s.health, DiskHealth::Healthy);
+        assert_eq!((s.io_timeouts, s.written_bytes), (0, 5 * 1024));
+        assert!(s.throttled_ms as u128 >= config.io_timeout.as_millis());
+        let back = disk.read_data(data, 1020, 8, false).await.unwrap();
+        assert_eq!(&back[..], [5u8; 8]);
+        assert_eq!(disk.status().read_bytes, 8);
+    }
+}
