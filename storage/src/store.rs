@@ -16,7 +16,7 @@ use crate::budget::{MemoryBudget, Reservation};
 use crate::cold::ColdTier;
 use crate::config::StoreConfig;
 use crate::disk::LocalDisk;
-use crate::error::{Result, StorageError};
+use crate::error::{clone_error, Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::{path_component, AppId, PartitionKey};
 use crate::ledger::{AppRecord, Ledger, Removal};
@@ -1185,16 +1185,5 @@ pub(crate) fn concat(mut pieces: Vec<Bytes>) -> Bytes {
             }
             out.freeze()
         }
-    }
-}
-
-/// Errors from the cache loader are shared; rebuild an owned one.
-pub(crate) fn clone_error(e: &StorageError) -> StorageError {
-    match e {
-        StorageError::Io { path, source } => StorageError::Io {
-            path: path.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
-        },
-        other => StorageError::ReadFailed(other.to_string()),
     }
 }
