@@ -7,7 +7,7 @@ use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
 
 use crate::id::{AppId, LocalPartition, PartitionKey};
-use crate::memory::PartitionBuffer;
+use crate::tiers::memory::PartitionBuffer;
 use crate::segment::Segment;
 
 pub(crate) struct Partition {
@@ -111,7 +111,7 @@ impl App {
             last_seen_ms: AtomicU64::new(now_ms),
             lease_ms: AtomicU64::new(lease_ms),
             tally: Arc::default(),
-            registered_unix_ms: crate::ledger::unix_ms(),
+            registered_unix_ms: crate::apps::ledger::unix_ms(),
             client: Mutex::new(None),
             user: Mutex::new(None),
         }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::cold::ColdStatus;
+use crate::tiers::cold::ColdStatus;
 use crate::disk::DiskStatus;
 use crate::store::Store;
 
@@ -34,7 +34,7 @@ pub struct StoreStatus {
     pub cold: Option<ColdStatus>,
     pub operations: OperationCounts,
     /// What the last start recovered, discarded and removed.
-    pub recovery: crate::recovery::RecoveryStatus,
+    pub recovery: crate::persist::recovery::RecoveryStatus,
     pub applications: Vec<AppStatus>,
 }
 

@@ -12,16 +12,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
-use crate::budget::{MemoryBudget, Reservation};
-use crate::cold::ColdTier;
+use crate::tiers::budget::{MemoryBudget, Reservation};
+use crate::tiers::cold::ColdTier;
 use crate::config::StoreConfig;
 use crate::disk::LocalDisk;
 use crate::error::{clone_error, Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::{path_component, AppId, PartitionKey};
-use crate::ledger::{AppRecord, Ledger, Removal};
-use crate::lifecycle::{AppListener, AppRemoved, Lifecycle, RemovalReason};
-use crate::memory::MemoryRead;
+use crate::apps::ledger::{AppRecord, Ledger, Removal};
+use crate::apps::lifecycle::{AppListener, AppRemoved, Lifecycle, RemovalReason};
+use crate::tiers::memory::MemoryRead;
 use crate::partition::{App, Partition, Shuffle};
 use crate::segment::{Segment, SegmentLocation};
 
@@ -75,10 +75,10 @@ pub struct Store {
     pub(crate) tasks: TaskTracker,
     pub(crate) shutting_down: AtomicBool,
     /// Where commits are recorded; none with recovery off.
-    pub(crate) manifest: Option<crate::manifest::Manifest>,
-    pub(crate) recovery: parking_lot::Mutex<crate::recovery::RecoveryStatus>,
+    pub(crate) manifest: Option<crate::persist::manifest::Manifest>,
+    pub(crate) recovery: parking_lot::Mutex<crate::persist::recovery::RecoveryStatus>,
     /// Front ends' notes found at open, until they take them.
-    pub(crate) recovered_notes: parking_lot::Mutex<Vec<crate::manifest::RecoveredNote>>,
+    pub(crate) recovered_notes: parking_lot::Mutex<Vec<crate::persist::manifest::RecoveredNote>>,
     /// The first segment uid of this open: files of older uids were made
     /// by an earlier process.
     pub(crate) uid_start: u64,
@@ -153,8 +153,8 @@ impl Store {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        let manifest = crate::recovery::open_manifest(&config)?;
-        let recovery = crate::recovery::RecoveryStatus {
+        let manifest = crate::persist::recovery::open_manifest(&config)?;
+        let recovery = crate::persist::recovery::RecoveryStatus {
             enabled: manifest.is_some(),
             manifest: manifest
                 .as_ref()
@@ -368,7 +368,7 @@ impl Store {
             written_bytes: a.tally.written.load(Ordering::Relaxed),
             read_bytes: a.tally.read.load(Ordering::Relaxed),
             registered_unix_ms: a.registered_unix_ms,
-            last_seen_unix_ms: crate::ledger::unix_ms().saturating_sub(idle),
+            last_seen_unix_ms: crate::apps::ledger::unix_ms().saturating_sub(idle),
             removed: None,
         }
     }
@@ -796,7 +796,7 @@ impl Store {
     async fn record_until(
         &self,
         partitions: &[Arc<Partition>],
-        notes: Vec<crate::manifest::Change>,
+        notes: Vec<crate::persist::manifest::Change>,
         deadline: tokio::time::Instant,
     ) -> Result<()> {
         let result = match tokio::time::timeout_at(deadline, self.record(partitions, notes)).await {
@@ -874,10 +874,10 @@ impl Store {
         app: &AppId,
         shuffle: i32,
         notes: Vec<(String, Vec<u8>)>,
-    ) -> Vec<crate::manifest::Change> {
+    ) -> Vec<crate::persist::manifest::Change> {
         notes
             .into_iter()
-            .map(|(name, value)| crate::manifest::Change::PutNote {
+            .map(|(name, value)| crate::persist::manifest::Change::PutNote {
                 app: app.clone(),
                 shuffle,
                 name,
@@ -928,7 +928,7 @@ impl Store {
             return Ok(());
         };
         if let Some((_, s)) = a.shuffles.remove(&shuffle) {
-            self.forget_recorded(crate::manifest::Change::RemoveShuffle(
+            self.forget_recorded(crate::persist::manifest::Change::RemoveShuffle(
                 a.id.clone(),
                 shuffle,
             ))
@@ -953,7 +953,7 @@ impl Store {
         };
         let mut record = self.app_record(&a);
         record.removed = Some(Removal {
-            unix_ms: crate::ledger::unix_ms(),
+            unix_ms: crate::apps::ledger::unix_ms(),
             reason: reason.as_str(),
         });
         self.ledger.record_removal(record);
@@ -976,7 +976,7 @@ impl Store {
         metrics::counter!("switchyard_apps_removed_total", "reason" => reason.as_str())
             .increment(1);
         a.shuffles.clear();
-        self.forget_recorded(crate::manifest::Change::RemoveApp(a.id.clone()))
+        self.forget_recorded(crate::persist::manifest::Change::RemoveApp(a.id.clone()))
             .await;
         for (id, s) in shuffles {
             self.purge_shuffle(&a.id, id, &s).await;

@@ -1,5 +1,5 @@
 //! Restart without losing committed data: recording commits in the
-//! [manifest](crate::manifest), rebuilding them at open, and sweeping what
+//! [manifest](super::manifest), rebuilding them at open, and sweeping what
 //! no commit owns.
 //!
 //! - A commit (seal, `flush_shuffle`, `commit_partitions`) flushes first,
@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::block::INDEX_RECORD_LEN;
 use crate::error::{Result, StorageError};
 use crate::id::{path_component, AppId};
-use crate::manifest::{AppEntry, Change, Loaded, PartitionEntry, Place, SegmentEntry};
+use crate::persist::manifest::{AppEntry, Change, Loaded, PartitionEntry, Place, SegmentEntry};
 use crate::partition::{App, Partition, Shuffle};
 use crate::segment::{Segment, SegmentLocation};
 use crate::store::Store;
@@ -483,14 +483,14 @@ fn sweep_dir(root: &Path, owned: &HashSet<PathBuf>, live: &HashSet<String>, befo
 /// Opens the manifest the config names and reads it (at store open).
 pub(crate) fn open_manifest(
     config: &crate::config::StoreConfig,
-) -> Result<Option<(crate::manifest::Manifest, Loaded)>> {
+) -> Result<Option<(crate::persist::manifest::Manifest, Loaded)>> {
     let Some(path) = config.recovery.manifest_path(&config.disks) else {
         if config.recovery.enabled {
             tracing::info!("recovery off: no data dir or recovery.path for the manifest");
         }
         return Ok(None);
     };
-    let manifest = crate::manifest::Manifest::open(&path, config.disks.io_timeout)?;
+    let manifest = crate::persist::manifest::Manifest::open(&path, config.disks.io_timeout)?;
     let loaded = manifest.load().map_err(|e| match e {
         StorageError::Manifest(m) => StorageError::Manifest(format!("reading: {m}")),
         other => other,
