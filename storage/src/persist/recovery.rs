@@ -97,7 +97,7 @@ impl Store {
             let segments = match self.rebuild_segments(&entry, &dirs) {
                 Ok(s) => s,
                 Err(why) => {
-                    tracing::warn!(partition = %key, why, "recorded partition not recovered");
+                    tracing::warn!(partition = %key, why = %why, "recorded partition not recovered");
                     status.discarded_partitions += 1;
                     status.discarded_bytes += recorded;
                     continue;
@@ -168,22 +168,23 @@ impl Store {
         &self,
         entry: &PartitionEntry,
         dirs: &HashMap<&Path, usize>,
-    ) -> std::result::Result<Vec<Arc<Segment>>, String> {
+    ) -> std::result::Result<Vec<Arc<Segment>>, Unrecoverable> {
         let mut out = Vec::with_capacity(entry.segments.len());
         let mut expected_start = 0;
         for s in &entry.segments {
             if s.start != expected_start {
-                return Err(format!(
-                    "segment {} starts at {}, not {expected_start}",
-                    s.uid, s.start
-                ));
+                return Err(Unrecoverable::Gap {
+                    uid: s.uid,
+                    start: s.start,
+                    expected: expected_start,
+                });
             }
             expected_start += s.len;
             let location = match &s.at {
                 Place::Disk { dir, data, index } => {
                     let disk = *dirs
                         .get(dir.as_path())
-                        .ok_or_else(|| format!("data dir {} is not configured", dir.display()))?;
+                        .ok_or_else(|| Unrecoverable::UnknownDir(dir.clone()))?;
                     let (data, index) = (dir.join(data), dir.join(index));
                     check_len(&data, s.len)?;
                     check_len(&index, s.records * INDEX_RECORD_LEN as u64)?;
@@ -191,7 +192,7 @@ impl Store {
                 }
                 Place::Cold { data, index } => {
                     if self.cold.is_none() {
-                        return Err("the cold tier is not configured".into());
+                        return Err(Unrecoverable::NoColdTier);
                     }
                     SegmentLocation::Cold {
                         data: data.clone(),
@@ -248,7 +249,7 @@ impl Store {
             ));
         }
         changes.append(&mut extra);
-        manifest.apply(changes).await
+        Ok(manifest.apply(changes).await?)
     }
 
     /// Forgets a removed shuffle or application in the manifest (before its
@@ -257,6 +258,7 @@ impl Store {
     pub(crate) async fn forget_recorded(&self, change: Change) {
         if let Some(m) = &self.manifest {
             if let Err(e) = m.apply(vec![change]).await {
+                let e = StorageError::from(e);
                 tracing::warn!(error = %e, "manifest removal failed");
             }
         }
@@ -399,15 +401,42 @@ fn app_entry(a: &App) -> AppEntry {
     }
 }
 
-fn check_len(path: &Path, at_least: u64) -> std::result::Result<(), String> {
+/// Why a recorded partition is not served after a restart.
+#[derive(Debug, thiserror::Error)]
+enum Unrecoverable {
+    #[error("segment {uid} starts at {start}, not {expected}")]
+    Gap { uid: u64, start: u64, expected: u64 },
+    #[error("data dir {} is not configured", .0.display())]
+    UnknownDir(PathBuf),
+    #[error("the cold tier is not configured")]
+    NoColdTier,
+    /// A file shorter than what was recorded: bytes were lost.
+    #[error("{} has {found} bytes, {recorded} recorded", path.display())]
+    Short {
+        path: PathBuf,
+        found: u64,
+        recorded: u64,
+    },
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn check_len(path: &Path, at_least: u64) -> std::result::Result<(), Unrecoverable> {
     match std::fs::metadata(path) {
         Ok(m) if m.len() >= at_least => Ok(()),
-        Ok(m) => Err(format!(
-            "{} has {} bytes, {at_least} recorded",
-            path.display(),
-            m.len()
-        )),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Ok(m) => Err(Unrecoverable::Short {
+            path: path.to_path_buf(),
+            found: m.len(),
+            recorded: at_least,
+        }),
+        Err(source) => Err(Unrecoverable::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -491,10 +520,8 @@ pub(crate) fn open_manifest(
         return Ok(None);
     };
     let manifest = crate::persist::manifest::Manifest::open(&path, config.disks.io_timeout)?;
-    let loaded = manifest.load().map_err(|e| match e {
-        StorageError::Manifest(m) => StorageError::Manifest(format!("reading: {m}")),
-        other => other,
-    })?;
+    // Read errors say "reading: " before the path (see ManifestError::Read).
+    let loaded = manifest.load()?;
     Ok(Some((manifest, loaded)))
 }
 
