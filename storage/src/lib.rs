@@ -13,9 +13,9 @@
 //! their flush is durable, so an acknowledged block is always readable.
 
 mod apps;
-mod background;
 pub mod block;
 pub mod config;
+mod counters;
 mod direct;
 mod disk;
 pub mod error;
@@ -36,7 +36,6 @@ pub use tiers::{budget, memory};
 
 pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN};
 pub use budget::{MemoryBudget, Reservation};
-pub use tiers::cold::{cold_operator, ColdStatus};
 pub use config::{
     AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, RecoveryConfig, Secret,
     StoreConfig,
@@ -46,9 +45,10 @@ pub use error::{Result, StorageError};
 pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
 pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
-pub use persist::manifest::RecoveredNote;
 pub use memory::MemoryRead;
+pub use persist::manifest::RecoveredNote;
 pub use persist::recovery::RecoveryStatus;
 pub use status::{ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
+pub use tiers::cold::{cold_operator, ColdStatus};
 pub use view::{Chunk, PartitionView, Run, SelectedView, Selection};

@@ -1,14 +1,16 @@
-//! The state of one partition, and of the shuffles and applications above it.
+//! The state of one partition, and the tally of its application that its
+//! hot paths count into.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
 
-use crate::id::{AppId, LocalPartition, PartitionKey};
-use crate::tiers::memory::PartitionBuffer;
+use crate::block::Block;
+use crate::error::{Result, StorageError};
+use crate::id::PartitionKey;
 use crate::segment::Segment;
+use crate::tiers::memory::{MemoryRead, PartitionBuffer};
 
 pub(crate) struct Partition {
     pub key: PartitionKey,
@@ -38,6 +40,19 @@ pub(crate) struct AppTally {
     pub partitions: AtomicU64,
 }
 
+impl AppTally {
+    /// Removed partitions' bytes and count leave the quotas' measures.
+    pub(crate) fn release(&self, bytes: u64, partitions: u64) {
+        let sub = |counter: &AtomicU64, n: u64| {
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+        };
+        sub(&self.held, bytes);
+        sub(&self.partitions, partitions);
+    }
+}
+
 impl Partition {
     pub(crate) fn new(key: PartitionKey, tally: Arc<AppTally>) -> Self {
         Partition {
@@ -54,6 +69,29 @@ impl Partition {
         }
     }
 
+    /// A partition recorded before a restart, with its recorded segments.
+    pub(crate) fn recovered(
+        key: PartitionKey,
+        tally: Arc<AppTally>,
+        sealed: bool,
+        segments: Vec<Arc<Segment>>,
+    ) -> Self {
+        let mut p = Partition::new(key, tally);
+        p.sealed.store(sealed, Ordering::Release);
+        p.received_bytes
+            .store(segments.iter().map(|s| s.len()).sum(), Ordering::Relaxed);
+        p.received_blocks.store(
+            segments.iter().map(|s| s.extent().records).sum(),
+            Ordering::Relaxed,
+        );
+        *p.segments.get_mut() = segments;
+        p
+    }
+
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::Acquire)
+    }
+
     /// Bytes in the logical persisted stream.
     pub(crate) fn persisted_len(&self) -> u64 {
         let segs = self.segments.read();
@@ -62,6 +100,60 @@ impl Partition {
 
     pub(crate) fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
         self.segments.read().clone()
+    }
+
+    /// Stages appended blocks in memory unless the partition was removed or
+    /// sealed (checked under the buffer lock: removal and sealing take it
+    /// too). Returns the charge now staged.
+    pub(crate) fn stage(&self, blocks: Vec<Block>) -> Result<u64> {
+        let mut buf = self.buffer.lock();
+        if self.is_removed() {
+            return Err(StorageError::ShuffleRemoved {
+                app: self.key.app.to_string(),
+                shuffle: self.key.shuffle,
+            });
+        }
+        if self.is_sealed() {
+            return Err(StorageError::Sealed(self.key.clone()));
+        }
+        buf.push(blocks);
+        Ok(buf.staging_charge())
+    }
+
+    /// Blocks still in memory (see [`crate::Store::read_memory`]), counted
+    /// as read by its application.
+    pub(crate) fn read_memory(
+        &self,
+        after: Option<i64>,
+        max_bytes: u64,
+        keep: &dyn Fn(&Block) -> bool,
+    ) -> MemoryRead {
+        let read = self.buffer.lock().read(after, max_bytes, keep);
+        self.tally.read.fetch_add(read.bytes(), Ordering::Relaxed);
+        read
+    }
+
+    /// Counts an append of `count` blocks, `bytes` of data.
+    pub(crate) fn count_received(&self, bytes: u64, count: u64) {
+        self.received_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.tally.written.fetch_add(bytes, Ordering::Relaxed);
+        self.tally.held.fetch_add(bytes, Ordering::Relaxed);
+        self.received_blocks.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Refuses appends from now on (a seal), under the buffer lock so that
+    /// no append is half done.
+    pub(crate) fn seal(&self) {
+        let _buf = self.buffer.lock();
+        self.sealed.store(true, Ordering::Release);
+    }
+
+    /// Marks it removed (under its buffer lock, which appends and seals
+    /// take too) and empties its staged blocks; returns their charge.
+    pub(crate) fn mark_removed(&self) -> u64 {
+        let mut buf = self.buffer.lock();
+        self.removed.store(true, Ordering::Release);
+        buf.clear_staging()
     }
 
     pub(crate) fn is_removed(&self) -> bool {
@@ -79,50 +171,5 @@ impl Partition {
             }
         }
         (memory, disk, cold)
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct Shuffle {
-    pub partitions: DashMap<LocalPartition, Arc<Partition>>,
-}
-
-pub(crate) struct App {
-    pub id: AppId,
-    pub shuffles: DashMap<i32, Arc<Shuffle>>,
-    /// Milliseconds since the store's epoch at the last heartbeat or request.
-    pub last_seen_ms: AtomicU64,
-    /// How long it lives without a heartbeat or request, in milliseconds.
-    pub lease_ms: AtomicU64,
-    pub tally: Arc<AppTally>,
-    /// Wall-clock time of its registration, in Unix milliseconds.
-    pub registered_unix_ms: u64,
-    /// The client, as its front end describes it ([`crate::Store::set_app_client`]).
-    pub client: Mutex<Option<String>>,
-    /// The user it runs as, as the client names it ([`crate::Store::set_app_user`]).
-    pub user: Mutex<Option<String>>,
-}
-
-impl App {
-    pub(crate) fn new(id: AppId, now_ms: u64, lease_ms: u64) -> Self {
-        App {
-            id,
-            shuffles: DashMap::new(),
-            last_seen_ms: AtomicU64::new(now_ms),
-            lease_ms: AtomicU64::new(lease_ms),
-            tally: Arc::default(),
-            registered_unix_ms: crate::apps::ledger::unix_ms(),
-            client: Mutex::new(None),
-            user: Mutex::new(None),
-        }
-    }
-
-    pub(crate) fn is_expired(&self, now_ms: u64) -> bool {
-        now_ms.saturating_sub(self.last_seen_ms.load(Ordering::Relaxed))
-            > self.lease_ms.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn touch(&self, now_ms: u64) {
-        self.last_seen_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
 }

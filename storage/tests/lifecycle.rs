@@ -70,7 +70,10 @@ async fn an_expired_apps_shuffles_stay_dead_after_it_registers_again() {
     // Wait for the last of these, not for the first.
     let deadline = Instant::now() + Duration::from_secs(20);
     while store.has_app("a") || files_under(&dir.path().join("disk0")) > 0 {
-        assert!(Instant::now() < deadline, "never expired, or its files stayed");
+        assert!(
+            Instant::now() < deadline,
+            "never expired, or its files stayed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(

@@ -17,19 +17,24 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use serde::Serialize;
 
+use super::manifest::{
+    AppEntry, Change, Loaded, Manifest, PartitionEntry, Place, RecoveredNote, SegmentEntry,
+};
+use super::sweep::Swept;
+use crate::apps::{App, Apps};
 use crate::block::INDEX_RECORD_LEN;
+use crate::config::StoreConfig;
 use crate::error::{Result, StorageError};
-use crate::id::{path_component, AppId};
-use crate::persist::manifest::{AppEntry, Change, Loaded, PartitionEntry, Place, SegmentEntry};
-use crate::partition::{App, Partition, Shuffle};
+use crate::id::{unscoped_app, AppId};
+use crate::partition::Partition;
 use crate::segment::{Segment, SegmentLocation};
-use crate::store::Store;
+use crate::tiers::Durable;
 
 /// What the last start recovered, discarded and removed.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -67,84 +72,94 @@ pub struct RecoveryStatus {
     pub orphan_errors: u64,
 }
 
-impl Store {
-    /// Rebuilds the partitions the manifest records (at open, before the
-    /// store serves anything).
-    pub(crate) fn recover(&self, loaded: Loaded) {
+/// What survives restarts, at run time: the manifest commits are recorded
+/// in, the status of the last recovery, and the front ends' notes found at
+/// open until they take them.
+pub(crate) struct Recovery {
+    /// Where commits are recorded; none with recovery off.
+    manifest: Option<Manifest>,
+    status: Mutex<RecoveryStatus>,
+    notes: Mutex<Vec<RecoveredNote>>,
+    commit_timeout: Duration,
+}
+
+impl Recovery {
+    /// Opens the manifest the config names (if recovery is on) and reads it:
+    /// what it held is returned, for [`Recovery::recover`].
+    pub(crate) fn open(config: &StoreConfig) -> Result<(Recovery, Option<Loaded>)> {
+        let opened = open_manifest(config)?;
+        let status = RecoveryStatus {
+            enabled: opened.is_some(),
+            manifest: opened.as_ref().map(|(m, _)| m.path().display().to_string()),
+            ..Default::default()
+        };
+        let (manifest, loaded) = match opened {
+            Some((m, l)) => (Some(m), Some(l)),
+            None => (None, None),
+        };
+        let recovery = Recovery {
+            manifest,
+            status: Mutex::new(status),
+            notes: Mutex::default(),
+            commit_timeout: config.commit_timeout,
+        };
+        Ok((recovery, loaded))
+    }
+
+    pub(crate) fn is_enabled(&self) -> bool {
+        self.manifest.is_some()
+    }
+
+    /// Rebuilds the partitions the manifest records into `apps` (at open,
+    /// before the store serves anything).
+    pub(crate) fn recover(&self, loaded: Loaded, apps: &Apps, durable: &Durable) {
         let started = Instant::now();
-        let mut status = self.recovery.lock().clone();
+        let mut status = self.status.lock().clone();
         status.undecodable_entries = loaded.undecodable;
-        let now = self.now_ms();
         for (id, entry) in loaded.apps {
-            let mut app = App::new(id.clone(), now, entry.lease_ms);
-            app.registered_unix_ms = entry.registered_unix_ms;
-            *app.client.get_mut() = entry.client;
-            *app.user.get_mut() = entry.user;
-            self.apps.insert(id, Arc::new(app));
+            apps.restore(
+                id,
+                entry.lease_ms,
+                entry.registered_unix_ms,
+                entry.client,
+                entry.user,
+            );
         }
-        let dirs: HashMap<&Path, usize> = self
-            .disks
-            .iter()
-            .map(|d| (d.dir.as_path(), d.index))
-            .collect();
+        let dirs = durable.dir_indexes();
         for (key, entry) in loaded.partitions {
             let recorded: u64 = entry.segments.iter().map(|s| s.len).sum();
-            let Some(app) = self.apps.get(&key.app).map(|a| a.clone()) else {
+            let restored = apps.contains(&key.app)
+                && match rebuild_segments(&entry, &dirs, durable.cold().is_some()) {
+                    Ok(segments) => apps.restore_partition(&key, |tally| {
+                        for s in &segments {
+                            durable.count_recovered(s);
+                        }
+                        Partition::recovered(key.clone(), tally, entry.sealed, segments)
+                    }),
+                    Err(why) => {
+                        tracing::warn!(partition = %key, why = %why, "recorded partition not recovered");
+                        false
+                    }
+                };
+            if restored {
+                status.partitions += 1;
+                status.bytes += recorded;
+            } else {
                 status.discarded_partitions += 1;
                 status.discarded_bytes += recorded;
-                continue;
-            };
-            let segments = match self.rebuild_segments(&entry, &dirs) {
-                Ok(s) => s,
-                Err(why) => {
-                    tracing::warn!(partition = %key, why = %why, "recorded partition not recovered");
-                    status.discarded_partitions += 1;
-                    status.discarded_bytes += recorded;
-                    continue;
-                }
-            };
-            let p = Partition::new(key.clone(), app.tally.clone());
-            p.sealed.store(entry.sealed, Ordering::Release);
-            p.received_bytes.store(recorded, Ordering::Relaxed);
-            p.received_blocks.store(
-                segments.iter().map(|s| s.extent().records).sum(),
-                Ordering::Relaxed,
-            );
-            for s in &segments {
-                match s.disk() {
-                    Some(d) => self.disks[d]
-                        .stored_bytes
-                        .fetch_add(s.len(), Ordering::Relaxed),
-                    None => self
-                        .cold
-                        .as_ref()
-                        .map(|c| c.stored_bytes.fetch_add(s.len(), Ordering::Relaxed))
-                        .unwrap_or(0),
-                };
             }
-            *p.segments.write() = segments;
-            app.tally.held.fetch_add(recorded, Ordering::Relaxed);
-            app.tally.written.fetch_add(recorded, Ordering::Relaxed);
-            app.tally.partitions.fetch_add(1, Ordering::Relaxed);
-            app.shuffles
-                .entry(key.shuffle)
-                .or_insert_with(|| Arc::new(Shuffle::default()))
-                .partitions
-                .insert(key.local(), Arc::new(p));
-            status.partitions += 1;
-            status.bytes += recorded;
         }
         // Applications whose every partition was discarded hold nothing.
-        self.apps.retain(|_, a| !a.shuffles.is_empty());
-        status.apps = self.apps.len() as u64;
-        let apps: HashSet<AppId> = self.apps.iter().map(|a| a.key().clone()).collect();
+        apps.drop_empty();
+        status.apps = apps.len() as u64;
+        let live: HashSet<String> = apps.ids().into_iter().collect();
         let notes: Vec<_> = loaded
             .notes
             .into_iter()
-            .filter(|n| apps.contains(&n.app))
+            .filter(|n| live.contains(n.app.as_ref()))
             .collect();
         status.notes = notes.len() as u64;
-        *self.recovered_notes.lock() = notes;
+        *self.notes.lock() = notes;
         status.duration_ms = started.elapsed().as_millis() as u64;
         if status.partitions > 0 || status.discarded_partitions > 0 {
             tracing::info!(
@@ -161,62 +176,53 @@ impl Store {
         metrics::gauge!("switchyard_recovery_discarded_partitions")
             .set(status.discarded_partitions as f64);
         metrics::gauge!("switchyard_recovery_seconds").set(started.elapsed().as_secs_f64());
-        *self.recovery.lock() = status;
+        *self.status.lock() = status;
     }
 
-    fn rebuild_segments(
+    /// Records committed partitions (and notes) in the manifest, waiting at
+    /// most until `deadline`. A failure does not fail the commit: the blocks
+    /// are durable in their tier and readable until the next restart, which
+    /// then does not recover them. It is logged and counted
+    /// (`recovery.record_failures`), so that a full or broken metadata disk
+    /// degrades restarts instead of failing every job.
+    pub(crate) async fn record_until(
         &self,
-        entry: &PartitionEntry,
-        dirs: &HashMap<&Path, usize>,
-    ) -> std::result::Result<Vec<Arc<Segment>>, Unrecoverable> {
-        let mut out = Vec::with_capacity(entry.segments.len());
-        let mut expected_start = 0;
-        for s in &entry.segments {
-            if s.start != expected_start {
-                return Err(Unrecoverable::Gap {
-                    uid: s.uid,
-                    start: s.start,
-                    expected: expected_start,
-                });
-            }
-            expected_start += s.len;
-            let location = match &s.at {
-                Place::Disk { dir, data, index } => {
-                    let disk = *dirs
-                        .get(dir.as_path())
-                        .ok_or_else(|| Unrecoverable::UnknownDir(dir.clone()))?;
-                    let (data, index) = (dir.join(data), dir.join(index));
-                    check_len(&data, s.len)?;
-                    check_len(&index, s.records * INDEX_RECORD_LEN as u64)?;
-                    SegmentLocation::Disk { disk, data, index }
-                }
-                Place::Cold { data, index } => {
-                    if self.cold.is_none() {
-                        return Err(Unrecoverable::NoColdTier);
-                    }
-                    SegmentLocation::Cold {
-                        data: data.clone(),
-                        index: index.clone(),
-                    }
-                }
+        partitions: &[Arc<Partition>],
+        notes: Vec<Change>,
+        deadline: tokio::time::Instant,
+        apps: &Apps,
+        durable: &Durable,
+    ) -> Result<()> {
+        let record = self.record(partitions, notes, apps, durable);
+        let result = match tokio::time::timeout_at(deadline, record).await {
+            Ok(r) => r,
+            Err(_) => Err(StorageError::Manifest(format!(
+                "commit not recorded within {:?}",
+                self.commit_timeout
+            ))),
+        };
+        if let Err(e) = result {
+            let failures = {
+                let mut r = self.status.lock();
+                r.record_failures += 1;
+                r.record_failures
             };
-            let seg = Segment::new(s.uid, location, s.start);
-            seg.commit(s.len, s.records);
-            // Appends after a restart start a new segment: bytes past the
-            // recorded length were never committed.
-            seg.close();
-            seg.set_tail(None);
-            out.push(Arc::new(seg));
+            metrics::counter!("switchyard_manifest_failures_total").increment(1);
+            if failures == 1 || failures.is_power_of_two() {
+                tracing::error!(error = %e, failures, "commit not recorded: a restart will not recover it");
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Records the partitions as they stand (their flushes done) and the
     /// notes, durably, before returning.
-    pub(crate) async fn record(
+    async fn record(
         &self,
         partitions: &[Arc<Partition>],
         mut extra: Vec<Change>,
+        apps: &Apps,
+        durable: &Durable,
     ) -> Result<()> {
         let Some(manifest) = &self.manifest else {
             return Ok(());
@@ -228,14 +234,14 @@ impl Store {
                 continue;
             }
             if apps_done.insert(p.key.app.clone()) {
-                if let Some(a) = self.apps.get(&p.key.app) {
-                    changes.push(Change::PutApp(a.id.clone(), app_entry(&a)));
+                if let Some(a) = apps.get(&p.key.app) {
+                    changes.push(Change::PutApp(a.id().clone(), app_entry(&a)));
                 }
             }
             let segments: Vec<SegmentEntry> = p
                 .segments_snapshot()
                 .iter()
-                .map(|s| self.segment_entry(s))
+                .map(|s| segment_entry(s, durable))
                 .collect();
             if segments.is_empty() {
                 continue;
@@ -243,7 +249,7 @@ impl Store {
             changes.push(Change::PutPartition(
                 p.key.clone(),
                 PartitionEntry {
-                    sealed: p.sealed.load(Ordering::Acquire),
+                    sealed: p.is_sealed(),
                     segments,
                 },
             ));
@@ -255,7 +261,7 @@ impl Store {
     /// Forgets a removed shuffle or application in the manifest (before its
     /// files go). A failure is logged: the files are deleted anyway, and an
     /// entry left behind is discarded at the next start (its files gone).
-    pub(crate) async fn forget_recorded(&self, change: Change) {
+    pub(crate) async fn forget(&self, change: Change) {
         if let Some(m) = &self.manifest {
             if let Err(e) = m.apply(vec![change]).await {
                 let e = StorageError::from(e);
@@ -264,140 +270,133 @@ impl Store {
         }
     }
 
-    fn segment_entry(&self, s: &Segment) -> SegmentEntry {
-        let extent = s.extent();
-        let at = match &s.location {
-            SegmentLocation::Disk { disk, data, index } => {
-                let dir = &self.disks[*disk].dir;
-                let rel = |p: &PathBuf| p.strip_prefix(dir).unwrap_or(p).to_path_buf();
-                Place::Disk {
-                    dir: dir.clone(),
-                    data: rel(data),
-                    index: rel(index),
-                }
-            }
-            SegmentLocation::Cold { data, index } => Place::Cold {
-                data: data.clone(),
-                index: index.clone(),
-            },
-        };
-        SegmentEntry {
-            uid: s.uid,
-            start: s.logical_start,
-            len: extent.len,
-            records: extent.records,
-            at,
-        }
+    /// A front end's notes on a shuffle, as manifest changes.
+    pub(crate) fn note_changes(
+        app: &AppId,
+        shuffle: i32,
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Vec<Change> {
+        notes
+            .into_iter()
+            .map(|(name, value)| Change::PutNote {
+                app: app.clone(),
+                shuffle,
+                name,
+                value,
+            })
+            .collect()
     }
 
-    /// Removes files and cold objects of segments created before this open
-    /// that no partition owns, then empty directories of applications the
-    /// store does not hold.
-    pub(crate) async fn sweep_orphans(&self) {
-        let mut owned_files: HashSet<PathBuf> = HashSet::new();
-        let mut owned_objects: HashSet<String> = HashSet::new();
-        for p in self.all_partitions() {
-            for s in p.segments_snapshot() {
-                match &s.location {
-                    SegmentLocation::Disk { data, index, .. } => {
-                        owned_files.insert(data.clone());
-                        owned_files.insert(index.clone());
-                    }
-                    SegmentLocation::Cold { data, index } => {
-                        owned_objects.insert(data.clone());
-                        owned_objects.insert(index.clone());
-                    }
-                }
-            }
-        }
-        let live_dirs: HashSet<String> =
-            self.apps.iter().map(|a| path_component(a.key())).collect();
-        let before = self.uid_start;
-        let (mut files, mut bytes, mut errors) = (0u64, 0u64, 0u64);
-        for d in &self.disks {
-            let root = d.dir.clone();
-            let owned = owned_files.clone();
-            let live = live_dirs.clone();
-            let swept =
-                tokio::task::spawn_blocking(move || sweep_dir(&root, &owned, &live, before)).await;
-            match swept {
-                Ok(s) => {
-                    files += s.files;
-                    bytes += s.bytes;
-                    errors += s.errors;
-                }
-                Err(e) => {
-                    errors += 1;
-                    tracing::warn!(dir = %d.dir.display(), error = %e, "orphan sweep failed");
-                }
-            }
-        }
-        if let Some(cold) = &self.cold {
-            match cold.list_with_sizes("").await {
-                Ok(objects) => {
-                    for (path, len) in objects {
-                        let created_before = segment_uid(&path).is_some_and(|uid| uid < before);
-                        if !created_before || owned_objects.contains(&path) {
-                            continue;
-                        }
-                        match cold.delete(&path, len).await {
-                            Ok(()) => {
-                                files += 1;
-                                bytes += len;
-                            }
-                            Err(e) => {
-                                errors += 1;
-                                tracing::warn!(path, error = %e, "orphan delete failed");
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
-                    errors += 1;
-                    tracing::warn!(error = %e, "listing the cold tier for orphans failed");
-                }
-            }
-        }
-        let mut status = self.recovery.lock();
-        status.swept = true;
-        status.orphan_files = files;
-        status.orphan_bytes = bytes;
-        status.orphan_errors = errors;
-        metrics::counter!("switchyard_orphan_files_removed_total").increment(files);
-        metrics::counter!("switchyard_orphan_bytes_removed_total").increment(bytes);
-        if files > 0 || errors > 0 {
-            tracing::info!(files, bytes, errors, "orphaned files and objects removed");
-        }
-    }
-
-    /// Front-end notes recovered for applications of `namespace` (as
-    /// [`crate::scoped_app`] names them); each is handed out once.
-    pub fn take_recovered_notes(&self, namespace: &str) -> Vec<crate::RecoveredNote> {
-        let mut all = self.recovered_notes.lock();
+    /// See [`crate::Store::take_recovered_notes`].
+    pub(crate) fn take_notes(&self, namespace: &str) -> Vec<RecoveredNote> {
+        let mut all = self.notes.lock();
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *all)
             .into_iter()
-            .partition(|n| crate::unscoped_app(namespace, &n.app).is_some());
+            .partition(|n| unscoped_app(namespace, &n.app).is_some());
         *all = rest;
         mine
     }
 
     /// What the last start recovered and removed.
-    pub fn recovery_status(&self) -> RecoveryStatus {
-        let mut s = self.recovery.lock().clone();
+    pub(crate) fn status(&self) -> RecoveryStatus {
+        let mut s = self.status.lock().clone();
         if let Some(m) = &self.manifest {
             s.manifest_bytes = m.file_bytes();
             s.manifest_stalled = m.stalled();
         }
         s
     }
+
+    /// Keeps what the orphan sweep removed.
+    pub(crate) fn swept(&self, swept: Swept) {
+        let mut status = self.status.lock();
+        status.swept = true;
+        status.orphan_files = swept.files;
+        status.orphan_bytes = swept.bytes;
+        status.orphan_errors = swept.errors;
+    }
+}
+
+fn segment_entry(s: &Segment, durable: &Durable) -> SegmentEntry {
+    let extent = s.extent();
+    let at = match &s.location {
+        SegmentLocation::Disk { disk, data, index } => {
+            let dir = durable.disk_dir(*disk);
+            let rel = |p: &PathBuf| p.strip_prefix(dir).unwrap_or(p).to_path_buf();
+            Place::Disk {
+                dir: dir.to_path_buf(),
+                data: rel(data),
+                index: rel(index),
+            }
+        }
+        SegmentLocation::Cold { data, index } => Place::Cold {
+            data: data.clone(),
+            index: index.clone(),
+        },
+    };
+    SegmentEntry {
+        uid: s.uid,
+        start: s.logical_start,
+        len: extent.len,
+        records: extent.records,
+        at,
+    }
+}
+
+/// A recorded partition's segments, each checked against its file.
+fn rebuild_segments(
+    entry: &PartitionEntry,
+    dirs: &HashMap<&Path, usize>,
+    has_cold: bool,
+) -> std::result::Result<Vec<Arc<Segment>>, Unrecoverable> {
+    let mut out = Vec::with_capacity(entry.segments.len());
+    let mut expected_start = 0;
+    for s in &entry.segments {
+        if s.start != expected_start {
+            return Err(Unrecoverable::Gap {
+                uid: s.uid,
+                start: s.start,
+                expected: expected_start,
+            });
+        }
+        expected_start += s.len;
+        let location = match &s.at {
+            Place::Disk { dir, data, index } => {
+                let disk = *dirs
+                    .get(dir.as_path())
+                    .ok_or_else(|| Unrecoverable::UnknownDir(dir.clone()))?;
+                let (data, index) = (dir.join(data), dir.join(index));
+                check_len(&data, s.len)?;
+                check_len(&index, s.records * INDEX_RECORD_LEN as u64)?;
+                SegmentLocation::Disk { disk, data, index }
+            }
+            Place::Cold { data, index } => {
+                if !has_cold {
+                    return Err(Unrecoverable::NoColdTier);
+                }
+                SegmentLocation::Cold {
+                    data: data.clone(),
+                    index: index.clone(),
+                }
+            }
+        };
+        let seg = Segment::new(s.uid, location, s.start);
+        seg.commit(s.len, s.records);
+        // Appends after a restart start a new segment: bytes past the
+        // recorded length were never committed.
+        seg.close();
+        seg.set_tail(None);
+        out.push(Arc::new(seg));
+    }
+    Ok(out)
 }
 
 fn app_entry(a: &App) -> AppEntry {
     AppEntry {
-        lease_ms: a.lease_ms.load(Ordering::Relaxed),
-        registered_unix_ms: a.registered_unix_ms,
-        client: a.client.lock().clone(),
-        user: a.user.lock().clone(),
+        lease_ms: a.lease_ms(),
+        registered_unix_ms: a.registered_unix_ms(),
+        client: a.client(),
+        user: a.user(),
     }
 }
 
@@ -440,103 +439,16 @@ fn check_len(path: &Path, at_least: u64) -> std::result::Result<(), Unrecoverabl
     }
 }
 
-/// The uid in a segment file or object name (`<stem>.<uid>.data|index`).
-fn segment_uid(path: &str) -> Option<u64> {
-    let name = path.rsplit('/').next()?;
-    let rest = name
-        .strip_suffix(".data")
-        .or_else(|| name.strip_suffix(".index"))?;
-    rest.rsplit_once('.')?.1.parse().ok()
-}
-
-#[derive(Default)]
-struct Swept {
-    files: u64,
-    bytes: u64,
-    errors: u64,
-}
-
-/// `<root>/<app>/<shuffle>/<segment files>`: removes segment files created
-/// before `before` that are not owned, then empty shuffle and app dirs of
-/// apps not live. Anything else (the manifest's `.switchyard`, foreign
-/// files) is left alone.
-fn sweep_dir(root: &Path, owned: &HashSet<PathBuf>, live: &HashSet<String>, before: u64) -> Swept {
-    let mut out = Swept::default();
-    let Ok(apps) = std::fs::read_dir(root) else {
-        return out;
-    };
-    for app in apps.flatten() {
-        let name = app.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !app.path().is_dir() {
-            continue;
-        }
-        let Ok(shuffles) = std::fs::read_dir(app.path()) else {
-            continue;
-        };
-        for shuffle in shuffles.flatten() {
-            let Ok(files) = std::fs::read_dir(shuffle.path()) else {
-                continue;
-            };
-            for f in files.flatten() {
-                let path = f.path();
-                let fname = f.file_name().to_string_lossy().into_owned();
-                let created_before = segment_uid(&fname).is_some_and(|uid| uid < before);
-                if !created_before || owned.contains(&path) {
-                    continue;
-                }
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        out.files += 1;
-                        out.bytes += len;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        out.errors += 1;
-                        tracing::warn!(path = %path.display(), error = %e, "orphan delete failed");
-                    }
-                }
-            }
-            if !live.contains(&name) {
-                // Fails, harmlessly, when not empty.
-                let _ = std::fs::remove_dir(shuffle.path());
-            }
-        }
-        if !live.contains(&name) {
-            let _ = std::fs::remove_dir(app.path());
-        }
-    }
-    out
-}
-
 /// Opens the manifest the config names and reads it (at store open).
-pub(crate) fn open_manifest(
-    config: &crate::config::StoreConfig,
-) -> Result<Option<(crate::persist::manifest::Manifest, Loaded)>> {
+fn open_manifest(config: &StoreConfig) -> Result<Option<(Manifest, Loaded)>> {
     let Some(path) = config.recovery.manifest_path(&config.disks) else {
         if config.recovery.enabled {
             tracing::info!("recovery off: no data dir or recovery.path for the manifest");
         }
         return Ok(None);
     };
-    let manifest = crate::persist::manifest::Manifest::open(&path, config.disks.io_timeout)?;
+    let manifest = Manifest::open(&path, config.disks.io_timeout)?;
     // Read errors say "reading: " before the path (see ManifestError::Read).
     let loaded = manifest.load()?;
     Ok(Some((manifest, loaded)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segment_uids_come_from_names() {
-        assert_eq!(
-            segment_uid("a/0/3-0-p.1700000000000001.data"),
-            Some(1700000000000001)
-        );
-        assert_eq!(segment_uid("3-0-r.42.index"), Some(42));
-        assert_eq!(segment_uid("manifest.redb"), None);
-        assert_eq!(segment_uid("x.data"), None);
-    }
 }
