@@ -21,7 +21,6 @@ mod disk;
 pub mod error;
 pub mod fault;
 pub mod id;
-mod partition;
 mod persist;
 mod segment;
 pub mod status;

@@ -1,8 +1,6 @@
 //! Figures of the store: a JSON-able status and Prometheus gauges, read
 //! from each part through its methods.
 
-use std::sync::atomic::Ordering;
-
 use serde::Serialize;
 
 use crate::apps::{App, Apps};
@@ -96,7 +94,7 @@ pub(crate) fn shuffle_status(app: &App) -> Vec<ShuffleStatus> {
             for p in &partitions {
                 bytes.add(p.tier_bytes());
                 sealed += usize::from(p.is_sealed());
-                written += p.received_bytes.load(Ordering::Relaxed);
+                written += p.received_bytes();
             }
             ShuffleStatus {
                 id,
@@ -132,8 +130,8 @@ fn app_status(a: &App, now_ms: u64) -> AppStatus {
     AppStatus {
         id: a.id().to_string(),
         client: a.client(),
-        written_bytes: a.tally().written.load(Ordering::Relaxed),
-        read_bytes: a.tally().read.load(Ordering::Relaxed),
+        written_bytes: a.tally().written(),
+        read_bytes: a.tally().read(),
         shuffles: shuffles.len(),
         partitions,
         bytes,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::block::IndexRecord;
 use crate::error::{Result, StorageError};
 use crate::id::PartitionKey;
-use crate::partition::Partition;
+use crate::tiers::partition::Partition;
 
 /// One chunk: logical byte ranges of the partition, read back to back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct PartitionView {
 
 impl PartitionView {
     pub fn key(&self) -> &PartitionKey {
-        &self.partition.key
+        self.partition.key()
     }
 
     pub fn total_bytes(&self) -> u64 {
@@ -149,7 +149,7 @@ pub struct SelectedView {
 
 impl SelectedView {
     pub fn key(&self) -> &PartitionKey {
-        &self.partition.key
+        self.partition.key()
     }
 
     pub fn selection(&self) -> &Selection {

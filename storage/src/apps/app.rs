@@ -10,7 +10,7 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use crate::id::{AppId, LocalPartition};
-use crate::partition::{AppTally, Partition};
+use crate::tiers::partition::{AppTally, Partition};
 
 #[derive(Default)]
 pub(super) struct Shuffle {

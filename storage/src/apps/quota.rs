@@ -1,11 +1,9 @@
 //! Quotas (`apps.max_*`): what one application, or one user's applications
 //! together, may hold. A refusal changes nothing and is counted.
 
-use std::sync::atomic::Ordering;
-
 use crate::config::AppConfig;
 use crate::error::{Result, StorageError};
-use crate::partition::AppTally;
+use crate::tiers::partition::AppTally;
 
 pub(super) struct Quotas {
     max_app_bytes: Option<u64>,
@@ -26,7 +24,7 @@ impl Quotas {
     /// sets up more).
     pub(super) fn check_app(&self, app: &str, tally: &AppTally) -> Result<()> {
         if let Some(limit) = self.max_app_bytes {
-            let used = tally.held.load(Ordering::Relaxed);
+            let used = tally.held();
             if used >= limit {
                 return Err(refused(format!("application {app}"), "bytes", limit, used));
             }
@@ -37,7 +35,7 @@ impl Quotas {
     /// Whether `bytes` more fit in the application's byte quota.
     pub(super) fn check_append(&self, app: &str, tally: &AppTally, bytes: u64) -> Result<()> {
         if let Some(limit) = self.max_app_bytes {
-            let used = tally.held.load(Ordering::Relaxed);
+            let used = tally.held();
             if used.saturating_add(bytes) > limit {
                 return Err(refused(format!("application {app}"), "bytes", limit, used));
             }
@@ -48,7 +46,7 @@ impl Quotas {
     /// Whether the application may create one more partition.
     pub(super) fn check_new_partition(&self, app: &str, tally: &AppTally) -> Result<()> {
         if let Some(limit) = self.max_app_partitions {
-            let used = tally.partitions.load(Ordering::Relaxed);
+            let used = tally.partitions();
             if used >= limit {
                 return Err(refused(
                     format!("application {app}"),

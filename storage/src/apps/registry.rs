@@ -16,7 +16,7 @@ use super::quota::Quotas;
 use crate::config::AppConfig;
 use crate::error::{Result, StorageError};
 use crate::id::{AppId, PartitionKey};
-use crate::partition::Partition;
+use crate::tiers::partition::Partition;
 
 pub(crate) struct Apps {
     config: AppConfig,
@@ -151,14 +151,14 @@ impl Apps {
             self.apps
                 .iter()
                 .filter(|other| other.user.lock().as_deref() == Some(user))
-                .map(|other| other.tally.held.load(Ordering::Relaxed))
+                .map(|other| other.tally.held())
                 .sum()
         })
     }
 
     /// Whether `bytes` more fit in the partition's application's quota.
     pub(crate) fn check_append(&self, p: &Partition, bytes: u64) -> Result<()> {
-        self.quotas.check_append(&p.key.app, &p.tally, bytes)
+        self.quotas.check_append(&p.key().app, p.tally(), bytes)
     }
 
     // ---- history and events ---------------------------------------------
@@ -176,8 +176,8 @@ impl Apps {
         AppRecord {
             id: a.id().to_string(),
             client: a.client(),
-            written_bytes: a.tally.written.load(Ordering::Relaxed),
-            read_bytes: a.tally.read.load(Ordering::Relaxed),
+            written_bytes: a.tally.written(),
+            read_bytes: a.tally.read(),
             registered_unix_ms: a.registered_unix_ms,
             last_seen_unix_ms: unix_ms().saturating_sub(idle),
             removed: None,
@@ -259,11 +259,8 @@ impl Apps {
         let Some(first) = partitions.first() else {
             return;
         };
-        let bytes: u64 = partitions
-            .iter()
-            .map(|p| p.received_bytes.load(Ordering::Relaxed))
-            .sum();
-        first.tally.release(bytes, partitions.len() as u64);
+        let bytes: u64 = partitions.iter().map(|p| p.received_bytes()).sum();
+        first.tally().release(bytes, partitions.len() as u64);
     }
 
     // ---- partitions -----------------------------------------------------
@@ -299,7 +296,7 @@ impl Apps {
             dashmap::Entry::Occupied(e) => e.get().clone(),
             dashmap::Entry::Vacant(v) => {
                 self.quotas.check_new_partition(&key.app, &app.tally)?;
-                app.tally.partitions.fetch_add(1, Ordering::Relaxed);
+                app.tally.count_partition();
                 v.insert(Arc::new(Partition::new(key.clone(), app.tally.clone())))
                     .clone()
             }
@@ -342,16 +339,13 @@ impl Apps {
     pub(crate) fn restore_partition(
         &self,
         key: &PartitionKey,
-        build: impl FnOnce(Arc<crate::partition::AppTally>) -> Partition,
+        build: impl FnOnce(Arc<crate::tiers::partition::AppTally>) -> Partition,
     ) -> bool {
         let Some(app) = self.get(&key.app) else {
             return false;
         };
         let p = build(app.tally.clone());
-        let recorded = p.received_bytes.load(Ordering::Relaxed);
-        app.tally.held.fetch_add(recorded, Ordering::Relaxed);
-        app.tally.written.fetch_add(recorded, Ordering::Relaxed);
-        app.tally.partitions.fetch_add(1, Ordering::Relaxed);
+        app.tally.count_recovered(p.received_bytes());
         app.shuffles
             .entry(key.shuffle)
             .or_insert_with(|| Arc::new(Shuffle::default()))

@@ -32,8 +32,8 @@ use crate::block::INDEX_RECORD_LEN;
 use crate::config::StoreConfig;
 use crate::error::{Result, StorageError};
 use crate::id::{unscoped_app, AppId};
-use crate::partition::Partition;
 use crate::segment::{Segment, SegmentLocation};
+use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
 
 /// What the last start recovered, discarded and removed.
@@ -233,8 +233,8 @@ impl Recovery {
             if p.is_removed() {
                 continue;
             }
-            if apps_done.insert(p.key.app.clone()) {
-                if let Some(a) = apps.get(&p.key.app) {
+            if apps_done.insert(p.key().app.clone()) {
+                if let Some(a) = apps.get(&p.key().app) {
                     changes.push(Change::PutApp(a.id().clone(), app_entry(&a)));
                 }
             }
@@ -247,7 +247,7 @@ impl Recovery {
                 continue;
             }
             changes.push(Change::PutPartition(
-                p.key.clone(),
+                p.key().clone(),
                 PartitionEntry {
                     sealed: p.is_sealed(),
                     segments,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::id::path_component;
-use crate::partition::Partition;
 use crate::segment::SegmentLocation;
+use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
 
 /// Removes files and cold objects of segments created before this open

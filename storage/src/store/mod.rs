@@ -29,13 +29,13 @@ use crate::counters::Counters;
 use crate::error::{Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::{path_component, AppId, PartitionKey};
-use crate::partition::Partition;
 use crate::persist::manifest::{Change, RecoveredNote};
 use crate::persist::recovery::RecoveryStatus;
 use crate::persist::Recovery;
 use crate::status::{ShuffleStatus, StoreStatus, TierBytes};
 use crate::tiers::budget::{MemoryBudget, Reservation};
 use crate::tiers::memory::MemoryRead;
+use crate::tiers::partition::Partition;
 use crate::tiers::{Durable, Flusher, IoPlacement};
 use crate::view::{Chunk, PartitionView, SelectedView, Selection};
 
@@ -395,8 +395,8 @@ impl Store {
                     memory_bytes,
                     disk_bytes,
                     cold_bytes,
-                    received_bytes: p.received_bytes.load(Ordering::Relaxed),
-                    received_blocks: p.received_blocks.load(Ordering::Relaxed),
+                    received_bytes: p.received_bytes(),
+                    received_blocks: p.received_blocks(),
                 }
             }
             None => PartitionStats::default(),
@@ -507,7 +507,7 @@ impl Store {
             .collect();
         for (p, flush) in parts.iter().zip(flushes) {
             self.flusher
-                .flush_fully_until(flush, deadline, || format!("partition {}", p.key))
+                .flush_fully_until(flush, deadline, || format!("partition {}", p.key()))
                 .await?;
         }
         let notes = Recovery::note_changes(app_state.id(), shuffle, notes);
@@ -714,7 +714,7 @@ impl Store {
         let deadline = self.commit_deadline();
         let flushes: Vec<_> = partitions
             .iter()
-            .map(|p| (p.key.clone(), self.flusher.flush_in_background(p)))
+            .map(|p| (p.key().clone(), self.flusher.flush_in_background(p)))
             .collect();
         for (key, flush) in flushes {
             if let Err(e) = self

@@ -19,8 +19,8 @@ use crate::disk::LocalDisk;
 use crate::error::{clone_error, Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::path_component;
-use crate::partition::Partition;
 use crate::segment::{Segment, SegmentLocation};
+use crate::tiers::partition::Partition;
 
 /// A partition's index as Uniffle serves it: 40-byte records in data order,
 /// offsets in the partition's logical data stream, and that stream's length.
@@ -264,7 +264,7 @@ impl Durable {
         let end = offset.saturating_add(len);
         if end > size {
             return Err(StorageError::OutOfRange {
-                key: p.key.clone(),
+                key: p.key().clone(),
                 offset,
                 len,
                 size,
@@ -292,7 +292,7 @@ impl Durable {
             let to = end.min(seg_end) - seg.logical_start;
             pieces.push(self.read_segment(seg, from, to - from).await?);
         }
-        p.tally.read.fetch_add(len, Ordering::Relaxed);
+        p.tally().count_read(len);
         Ok(concat(pieces))
     }
 

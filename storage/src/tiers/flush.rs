@@ -30,8 +30,8 @@ use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
 use crate::config::StoreConfig;
 use crate::counters::Counters;
 use crate::error::{Result, StorageError};
-use crate::partition::Partition;
 use crate::segment::{Segment, SegmentLocation};
+use crate::tiers::partition::Partition;
 
 /// Where one flush goes.
 enum Target {
@@ -148,7 +148,7 @@ impl Flusher {
         let p = p.clone();
         self.tasks.spawn(async move {
             if let Err(e) = flusher.flush_partition(&p, true).await {
-                tracing::debug!(partition = %p.key, error = %e, "flush ended early");
+                tracing::debug!(partition = %p.key(), error = %e, "flush ended early");
             }
         });
     }
@@ -283,8 +283,8 @@ impl Flusher {
             retarget.as_mut().enable();
             if p.is_removed() {
                 return Err(StorageError::ShuffleRemoved {
-                    app: p.key.app.to_string(),
-                    shuffle: p.key.shuffle,
+                    app: p.key().app.to_string(),
+                    shuffle: p.key().shuffle,
                 });
             }
             let permit = match slot.take() {
@@ -295,7 +295,7 @@ impl Flusher {
                 drop(permit);
                 attempt += 1;
                 if attempt == 1 || attempt.is_multiple_of(50) {
-                    tracing::error!(partition = %p.key, bytes, "no healthy disk or cold tier; blocks wait in memory");
+                    tracing::error!(partition = %p.key(), bytes, "no healthy disk or cold tier; blocks wait in memory");
                 }
                 tokio::select! {
                     _ = &mut retarget => continue,
@@ -338,7 +338,7 @@ impl Flusher {
                     self.counters.spill_failed();
                     metrics::counter!("switchyard_spill_failures_total", "tier" => tier)
                         .increment(1);
-                    tracing::warn!(partition = %p.key, tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
+                    tracing::warn!(partition = %p.key(), tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
                     if tier == "cold" {
                         // Huge partitions turn to disks for a while.
                         if let Some(cold) = self.durable.cold() {
@@ -381,7 +381,7 @@ impl Flusher {
             .disks()
             .iter()
             .filter(|d| d.is_writable())
-            .max_by_key(|d| placement_hash(&p.key, d.index));
+            .max_by_key(|d| placement_hash(p.key(), d.index));
         match best {
             Some(d) => Some(Target::NewDisk(d.index)),
             None if self.durable.cold().is_some() => Some(Target::Cold),
@@ -403,8 +403,8 @@ impl Flusher {
                 let dir = self
                     .durable
                     .disk_dir(d)
-                    .join(shuffle_rel(&p.key.app, p.key.shuffle));
-                let stem = format!("{}.{uid}", p.key.file_stem());
+                    .join(shuffle_rel(&p.key().app, p.key().shuffle));
+                let stem = format!("{}.{uid}", p.key().file_stem());
                 let location = SegmentLocation::Disk {
                     disk: d,
                     data: dir.join(format!("{stem}.data")),
@@ -419,8 +419,8 @@ impl Flusher {
             Target::Cold => {
                 let cold = self.durable.cold_tier()?;
                 let uid = self.durable.next_segment_uid();
-                let rel = shuffle_rel(&p.key.app, p.key.shuffle);
-                let stem = format!("{}/{}.{uid}", rel.to_string_lossy(), p.key.file_stem());
+                let rel = shuffle_rel(&p.key().app, p.key().shuffle);
+                let stem = format!("{}/{}.{uid}", rel.to_string_lossy(), p.key().file_stem());
                 let location = SegmentLocation::Cold {
                     data: cold.path(&format!("{stem}.data")),
                     index: cold.path(&format!("{stem}.index")),

@@ -7,6 +7,7 @@ pub(crate) mod cold;
 pub mod durable;
 pub(crate) mod flush;
 pub mod memory;
+pub(crate) mod partition;
 
 pub use durable::PartitionIndex;
 pub(crate) use durable::{Durable, IoPlacement};

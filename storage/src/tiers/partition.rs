@@ -6,41 +6,78 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::memory::{MemoryRead, PartitionBuffer};
 use crate::block::Block;
 use crate::error::{Result, StorageError};
 use crate::id::PartitionKey;
 use crate::segment::Segment;
-use crate::tiers::memory::{MemoryRead, PartitionBuffer};
 
 pub(crate) struct Partition {
-    pub key: PartitionKey,
-    pub buffer: Mutex<PartitionBuffer>,
-    pub segments: RwLock<Vec<Arc<Segment>>>,
+    key: PartitionKey,
+    pub(super) buffer: Mutex<PartitionBuffer>,
+    pub(super) segments: RwLock<Vec<Arc<Segment>>>,
     /// Held while a flush writes: a partition's flushes are serialised, so its
     /// segments grow in the order its blocks arrived.
-    pub persist: tokio::sync::Mutex<()>,
-    pub flush_queued: AtomicBool,
-    pub sealed: AtomicBool,
-    pub removed: AtomicBool,
+    pub(super) persist: tokio::sync::Mutex<()>,
+    pub(super) flush_queued: AtomicBool,
+    sealed: AtomicBool,
+    removed: AtomicBool,
     /// Data bytes ever appended (for huge-partition placement and figures).
-    pub received_bytes: AtomicU64,
-    pub received_blocks: AtomicU64,
+    received_bytes: AtomicU64,
+    received_blocks: AtomicU64,
     /// Its application's tally, counted on the hot paths without a lookup.
-    pub tally: Arc<AppTally>,
+    tally: Arc<AppTally>,
 }
 
 /// What an application wrote and had read back, in data bytes.
 #[derive(Debug, Default)]
 pub(crate) struct AppTally {
-    pub written: AtomicU64,
-    pub read: AtomicU64,
+    written: AtomicU64,
+    read: AtomicU64,
     /// Data bytes appended and not yet removed (the byte quota's measure).
-    pub held: AtomicU64,
+    held: AtomicU64,
     /// Partitions created and not yet removed (the partition quota's).
-    pub partitions: AtomicU64,
+    partitions: AtomicU64,
 }
 
 impl AppTally {
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn partitions(&self) -> u64 {
+        self.partitions.load(Ordering::Relaxed)
+    }
+
+    /// A partition was created.
+    pub(crate) fn count_partition(&self) {
+        self.partitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A partition recorded before a restart came back holding `bytes`.
+    pub(crate) fn count_recovered(&self, bytes: u64) {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        self.written.fetch_add(bytes, Ordering::Relaxed);
+        self.partitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_written(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Ordering::Relaxed);
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_read(&self, bytes: u64) {
+        self.read.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// Removed partitions' bytes and count leave the quotas' measures.
     pub(crate) fn release(&self, bytes: u64, partitions: u64) {
         let sub = |counter: &AtomicU64, n: u64| {
@@ -88,6 +125,24 @@ impl Partition {
         p
     }
 
+    pub(crate) fn key(&self) -> &PartitionKey {
+        &self.key
+    }
+
+    /// Its application's tally.
+    pub(crate) fn tally(&self) -> &AppTally {
+        &self.tally
+    }
+
+    /// Data bytes ever appended (recovered: the recorded bytes).
+    pub(crate) fn received_bytes(&self) -> u64 {
+        self.received_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn received_blocks(&self) -> u64 {
+        self.received_blocks.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn is_sealed(&self) -> bool {
         self.sealed.load(Ordering::Acquire)
     }
@@ -129,15 +184,14 @@ impl Partition {
         keep: &dyn Fn(&Block) -> bool,
     ) -> MemoryRead {
         let read = self.buffer.lock().read(after, max_bytes, keep);
-        self.tally.read.fetch_add(read.bytes(), Ordering::Relaxed);
+        self.tally.count_read(read.bytes());
         read
     }
 
     /// Counts an append of `count` blocks, `bytes` of data.
     pub(crate) fn count_received(&self, bytes: u64, count: u64) {
         self.received_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.tally.written.fetch_add(bytes, Ordering::Relaxed);
-        self.tally.held.fetch_add(bytes, Ordering::Relaxed);
+        self.tally.count_written(bytes);
         self.received_blocks.fetch_add(count, Ordering::Relaxed);
     }
 
