@@ -99,4 +99,16 @@ impl StorageError {
     }
 }
 
+/// Errors from a cache loader are shared by every waiting reader; rebuild an
+/// owned one for each.
+pub(crate) fn clone_error(e: &StorageError) -> StorageError {
+    match e {
+        StorageError::Io { path, source } => StorageError::Io {
+            path: path.clone(),
+            source: io::Error::new(source.kind(), source.to_string()),
+        },
+        other => StorageError::ReadFailed(other.to_string()),
+    }
+}
+
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;

@@ -12,46 +12,40 @@
 //! Memory is one budget ([`MemoryBudget`]); blocks leave memory only when
 //! their flush is durable, so an acknowledged block is always readable.
 
-mod background;
+mod apps;
 pub mod block;
-pub mod budget;
-mod cold;
 pub mod config;
-mod disk;
+mod counters;
 pub mod error;
-mod flush;
 pub mod id;
-pub mod ledger;
-pub mod lifecycle;
-mod manifest;
-pub mod memory;
-mod partition;
-mod recovery;
+mod persist;
 mod segment;
 pub mod status;
 mod store;
+mod tiers;
 pub mod view;
 
-// Homes of the disk module's parts the rest of the crate and its users name
-// by their old paths (`crate::direct::MIN_FLUSH`, `switchyard_storage::fault`).
-use disk::direct;
-pub use disk::fault;
+// The public paths of modules that now live inside a part.
+pub use apps::{ledger, lifecycle};
+pub use tiers::{budget, memory};
+// `switchyard_storage::fault`: the disk layer that injects faults in tests.
+pub use tiers::disk::fault;
 
 pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN};
 pub use budget::{MemoryBudget, Reservation};
-pub use cold::{cold_operator, ColdStatus};
 pub use config::{
     AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, RecoveryConfig, Secret,
     StoreConfig,
 };
-pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
 pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
 pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
-pub use manifest::RecoveredNote;
 pub use memory::MemoryRead;
-pub use recovery::RecoveryStatus;
+pub use persist::manifest::RecoveredNote;
+pub use persist::recovery::RecoveryStatus;
 pub use status::{ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
+pub use tiers::cold::{cold_operator, ColdStatus};
+pub use tiers::disk::{DiskHealth, DiskStatus};
 pub use view::{Chunk, PartitionView, Run, SelectedView, Selection};

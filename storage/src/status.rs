@@ -1,29 +1,17 @@
-//! Figures of the store: a JSON-able status and Prometheus gauges.
-
-use std::sync::atomic::{AtomicU64, Ordering};
+//! Figures of the store: a JSON-able status and Prometheus gauges, read
+//! from each part through its methods.
 
 use serde::Serialize;
 
-use crate::cold::ColdStatus;
-use crate::disk::DiskStatus;
-use crate::store::Store;
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub appended_bytes: AtomicU64,
-    pub read_bytes: AtomicU64,
-    pub spills: AtomicU64,
-    pub spilled_bytes: AtomicU64,
-    pub spill_failures: AtomicU64,
-    pub no_buffer: AtomicU64,
-    /// Appends that waited for memory and then went through.
-    pub memory_waits: AtomicU64,
-    /// Appends that waited for memory until their deadline.
-    pub memory_wait_timeouts: AtomicU64,
-    pub apps_expired: AtomicU64,
-    /// Commits and flushes that stopped waiting at `commit_timeout`.
-    pub flush_timeouts: AtomicU64,
-}
+use crate::apps::{App, Apps};
+use crate::config::MemoryConfig;
+use crate::counters::Counters;
+pub use crate::counters::OperationCounts;
+use crate::persist::recovery::RecoveryStatus;
+use crate::tiers::budget::MemoryBudget;
+use crate::tiers::cold::ColdStatus;
+use crate::tiers::disk::{DiskHealth, DiskStatus};
+use crate::tiers::Durable;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StoreStatus {
@@ -34,7 +22,7 @@ pub struct StoreStatus {
     pub cold: Option<ColdStatus>,
     pub operations: OperationCounts,
     /// What the last start recovered, discarded and removed.
-    pub recovery: crate::recovery::RecoveryStatus,
+    pub recovery: RecoveryStatus,
     pub applications: Vec<AppStatus>,
 }
 
@@ -56,23 +44,6 @@ pub struct TierBytes {
     pub memory: u64,
     pub disk: u64,
     pub cold: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct OperationCounts {
-    pub appended_bytes: u64,
-    pub read_bytes: u64,
-    pub spills: u64,
-    pub spilled_bytes: u64,
-    pub spill_failures: u64,
-    pub no_buffer_replies: u64,
-    pub memory_waits: u64,
-    pub memory_wait_timeouts: u64,
-    pub apps_expired: u64,
-    /// Commits and shuffle flushes that gave up waiting at `commit_timeout`.
-    pub flush_timeouts: u64,
-    /// Removed applications whose shuffles are still dead (tombstones).
-    pub removed_apps_remembered: u64,
 }
 
 /// One shuffle of an application (`switchyard ctl shuffles`).
@@ -101,186 +72,186 @@ pub struct AppStatus {
     pub idle_ms: u64,
 }
 
-impl Store {
-    /// The shuffles of an application, by id; None if it is unknown.
-    pub fn shuffle_status(&self, app: &str) -> Option<Vec<ShuffleStatus>> {
-        let a = self.apps.get(app)?.clone();
-        let mut out: Vec<ShuffleStatus> = a
-            .shuffles
-            .iter()
-            .map(|s| {
-                let mut bytes = TierBytes::default();
-                let (mut sealed, mut written) = (0, 0);
-                for p in s.partitions.iter() {
-                    let (m, d, c) = p.tier_bytes();
-                    bytes.memory += m;
-                    bytes.disk += d;
-                    bytes.cold += c;
-                    sealed += usize::from(p.sealed.load(Ordering::Acquire));
-                    written += p.received_bytes.load(Ordering::Relaxed);
-                }
-                ShuffleStatus {
-                    id: *s.key(),
-                    partitions: s.partitions.len(),
-                    sealed,
-                    written_bytes: written,
-                    bytes,
-                }
-            })
-            .collect();
-        out.sort_by_key(|s| s.id);
-        Some(out)
-    }
+/// What the store's status is read from: each part, through its methods.
+pub(crate) struct Sources<'a> {
+    pub ready: bool,
+    pub budget: &'a MemoryBudget,
+    pub memory: &'a MemoryConfig,
+    pub apps: &'a Apps,
+    pub durable: &'a Durable,
+    pub counters: &'a Counters,
+    pub recovery: RecoveryStatus,
+}
 
-    pub fn status(&self) -> StoreStatus {
-        let now = self.now_ms();
-        let mut applications = Vec::new();
-        let mut tiers = TierBytes::default();
-        for a in self.apps.iter() {
+/// The shuffles of an application, by id.
+pub(crate) fn shuffle_status(app: &App) -> Vec<ShuffleStatus> {
+    let mut out: Vec<ShuffleStatus> = app
+        .shuffles()
+        .into_iter()
+        .map(|(id, partitions)| {
             let mut bytes = TierBytes::default();
-            let mut partitions = 0;
-            for s in a.shuffles.iter() {
-                for p in s.partitions.iter() {
-                    partitions += 1;
-                    let (m, d, c) = p.tier_bytes();
-                    bytes.memory += m;
-                    bytes.disk += d;
-                    bytes.cold += c;
-                }
+            let (mut sealed, mut written) = (0, 0);
+            for p in &partitions {
+                bytes.add(p.tier_bytes());
+                sealed += usize::from(p.is_sealed());
+                written += p.received_bytes();
             }
-            tiers.memory += bytes.memory;
-            tiers.disk += bytes.disk;
-            tiers.cold += bytes.cold;
-            applications.push(AppStatus {
-                id: a.id.to_string(),
-                client: a.client.lock().clone(),
-                written_bytes: a.tally.written.load(Ordering::Relaxed),
-                read_bytes: a.tally.read.load(Ordering::Relaxed),
-                shuffles: a.shuffles.len(),
-                partitions,
+            ShuffleStatus {
+                id,
+                partitions: partitions.len(),
+                sealed,
+                written_bytes: written,
                 bytes,
-                idle_ms: now.saturating_sub(a.last_seen_ms.load(Ordering::Relaxed)),
-            });
-        }
-        applications.sort_by(|a, b| a.id.cmp(&b.id));
-        let c = &self.counters;
-        StoreStatus {
-            ready: self.is_ready(),
-            memory: MemoryStatus {
-                capacity: self.budget.capacity(),
-                used: self.budget.used(),
-                reserved: self.budget.reserved(),
-                flushing: self.budget.flushing(),
-                high_watermark: self.config.memory.high_watermark,
-                low_watermark: self.config.memory.low_watermark,
-                read_capacity: self.config.memory.read_capacity.as_u64(),
-            },
-            tiers,
-            disks: self.disks.iter().map(|d| d.status()).collect(),
-            cold: self.cold.as_ref().map(|c| c.status()),
-            operations: OperationCounts {
-                appended_bytes: c.appended_bytes.load(Ordering::Relaxed),
-                read_bytes: c.read_bytes.load(Ordering::Relaxed),
-                spills: c.spills.load(Ordering::Relaxed),
-                spilled_bytes: c.spilled_bytes.load(Ordering::Relaxed),
-                spill_failures: c.spill_failures.load(Ordering::Relaxed),
-                no_buffer_replies: c.no_buffer.load(Ordering::Relaxed),
-                memory_waits: c.memory_waits.load(Ordering::Relaxed),
-                memory_wait_timeouts: c.memory_wait_timeouts.load(Ordering::Relaxed),
-                apps_expired: c.apps_expired.load(Ordering::Relaxed),
-                flush_timeouts: c.flush_timeouts.load(Ordering::Relaxed),
-                removed_apps_remembered: self.lifecycle.tombstone_count() as u64,
-            },
-            recovery: self.recovery_status(),
-            applications,
-        }
-    }
-
-    /// Bytes held per tier, summed over tier counters (cheap: no walk).
-    pub fn tier_bytes(&self) -> TierBytes {
-        TierBytes {
-            memory: self.budget.used().saturating_sub(self.budget.reserved()),
-            disk: self
-                .disks
-                .iter()
-                .map(|d| d.stored_bytes.load(Ordering::Relaxed))
-                .sum(),
-            cold: self
-                .cold
-                .as_ref()
-                .map(|c| c.stored_bytes.load(Ordering::Relaxed))
-                .unwrap_or(0),
-        }
-    }
-
-    /// Failure counters exist from the start at 0, so that `rate()` and
-    /// `increase()` over them (dashboards, alerts) work before the first
-    /// failure rather than showing no data.
-    pub(crate) fn register_failure_counters(&self) {
-        for d in &self.disks {
-            let dir = d.dir.display().to_string();
-            metrics::counter!("switchyard_disk_errors_total", "dir" => dir.clone()).increment(0);
-            for op in ["write", "read", "probe", "statvfs"] {
-                metrics::counter!("switchyard_disk_io_timeouts_total", "dir" => dir.clone(), "op" => op)
-                    .increment(0);
             }
-        }
-        if !self.disks.is_empty() {
-            metrics::counter!("switchyard_spill_failures_total", "tier" => "disk").increment(0);
-        }
-        if self.cold.is_some() {
-            metrics::counter!("switchyard_spill_failures_total", "tier" => "cold").increment(0);
-            for op in ["read", "write"] {
-                metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
-            }
-            for op in ["read", "write", "delete", "list", "stat"] {
-                metrics::counter!("switchyard_cold_retries_total", "op" => op).increment(0);
-            }
-        }
-        metrics::counter!("switchyard_flush_timeouts_total").increment(0);
-    }
+        })
+        .collect();
+    out.sort_by_key(|s| s.id);
+    out
+}
 
-    /// Publishes gauges to the `metrics` recorder, if the process installed one.
-    pub fn publish_gauges(&self) {
-        let b = &self.budget;
-        metrics::gauge!("switchyard_memory_capacity_bytes").set(b.capacity() as f64);
-        metrics::gauge!("switchyard_memory_used_bytes").set(b.used() as f64);
-        metrics::gauge!("switchyard_memory_reserved_bytes").set(b.reserved() as f64);
-        metrics::gauge!("switchyard_memory_flushing_bytes").set(b.flushing() as f64);
-        let t = self.tier_bytes();
-        metrics::gauge!("switchyard_tier_bytes", "tier" => "memory").set(t.memory as f64);
-        metrics::gauge!("switchyard_tier_bytes", "tier" => "disk").set(t.disk as f64);
-        metrics::gauge!("switchyard_tier_bytes", "tier" => "cold").set(t.cold as f64);
-        if let Some(cold) = &self.cold {
-            let s = cold.status();
-            metrics::gauge!("switchyard_cold_read_cache_bytes").set(s.read_cache_bytes as f64);
-            metrics::gauge!("switchyard_cold_healthy").set(if s.healthy { 1.0 } else { 0.0 });
-        }
-        for d in &self.disks {
-            let s = d.status();
-            let dir = s.dir.display().to_string();
-            metrics::gauge!("switchyard_disk_healthy", "dir" => dir.clone()).set(
-                if s.health == crate::disk::DiskHealth::Healthy {
-                    1.0
-                } else {
-                    0.0
-                },
-            );
-            metrics::gauge!("switchyard_disk_hung", "dir" => dir.clone()).set(
-                if s.health == crate::disk::DiskHealth::Hung {
-                    1.0
-                } else {
-                    0.0
-                },
-            );
-            metrics::gauge!("switchyard_disk_stuck_calls", "dir" => dir.clone())
-                .set(s.stuck_calls as f64);
-            metrics::gauge!("switchyard_disk_used_ratio", "dir" => dir.clone()).set(s.used_ratio);
-            metrics::gauge!("switchyard_disk_available_bytes", "dir" => dir.clone())
-                .set(s.available_bytes as f64);
-            metrics::gauge!("switchyard_disk_stored_bytes", "dir" => dir)
-                .set(s.stored_bytes as f64);
-        }
-        metrics::gauge!("switchyard_applications").set(self.apps.len() as f64);
+impl TierBytes {
+    fn add(&mut self, (memory, disk, cold): (u64, u64, u64)) {
+        self.memory += memory;
+        self.disk += disk;
+        self.cold += cold;
     }
+}
+
+fn app_status(a: &App, now_ms: u64) -> AppStatus {
+    let mut bytes = TierBytes::default();
+    let mut partitions = 0;
+    let shuffles = a.shuffles();
+    for (_, ps) in &shuffles {
+        for p in ps {
+            partitions += 1;
+            bytes.add(p.tier_bytes());
+        }
+    }
+    AppStatus {
+        id: a.id().to_string(),
+        client: a.client(),
+        written_bytes: a.tally().written(),
+        read_bytes: a.tally().read(),
+        shuffles: shuffles.len(),
+        partitions,
+        bytes,
+        idle_ms: a.idle_ms(now_ms),
+    }
+}
+
+pub(crate) fn store_status(src: Sources<'_>) -> StoreStatus {
+    let now = src.apps.now_ms();
+    let mut tiers = TierBytes::default();
+    let mut applications: Vec<AppStatus> = src
+        .apps
+        .all()
+        .iter()
+        .map(|a| {
+            let s = app_status(a, now);
+            tiers.add((s.bytes.memory, s.bytes.disk, s.bytes.cold));
+            s
+        })
+        .collect();
+    applications.sort_by(|a, b| a.id.cmp(&b.id));
+    let b = src.budget;
+    StoreStatus {
+        ready: src.ready,
+        memory: MemoryStatus {
+            capacity: b.capacity(),
+            used: b.used(),
+            reserved: b.reserved(),
+            flushing: b.flushing(),
+            high_watermark: src.memory.high_watermark,
+            low_watermark: src.memory.low_watermark,
+            read_capacity: src.memory.read_capacity.as_u64(),
+        },
+        tiers,
+        disks: src.durable.disks().iter().map(|d| d.status()).collect(),
+        cold: src.durable.cold().map(|c| c.status()),
+        operations: src.counters.snapshot(src.apps.tombstone_count() as u64),
+        recovery: src.recovery,
+        applications,
+    }
+}
+
+/// Bytes held per tier, summed over tier counters (cheap: no walk).
+pub(crate) fn tier_bytes(budget: &MemoryBudget, durable: &Durable) -> TierBytes {
+    let (disk, cold) = durable.stored_bytes();
+    TierBytes {
+        memory: budget.used().saturating_sub(budget.reserved()),
+        disk,
+        cold,
+    }
+}
+
+/// Failure counters exist from the start at 0, so that `rate()` and
+/// `increase()` over them (dashboards, alerts) work before the first
+/// failure rather than showing no data.
+pub(crate) fn register_failure_counters(durable: &Durable) {
+    for dir in durable.dirs() {
+        let dir = dir.display().to_string();
+        metrics::counter!("switchyard_disk_errors_total", "dir" => dir.clone()).increment(0);
+        for op in ["write", "read", "probe", "statvfs"] {
+            metrics::counter!("switchyard_disk_io_timeouts_total", "dir" => dir.clone(), "op" => op)
+                .increment(0);
+        }
+    }
+    if !durable.disks().is_empty() {
+        metrics::counter!("switchyard_spill_failures_total", "tier" => "disk").increment(0);
+    }
+    if durable.cold().is_some() {
+        metrics::counter!("switchyard_spill_failures_total", "tier" => "cold").increment(0);
+        for op in ["read", "write"] {
+            metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
+        }
+        for op in ["read", "write", "delete", "list", "stat"] {
+            metrics::counter!("switchyard_cold_retries_total", "op" => op).increment(0);
+        }
+    }
+    metrics::counter!("switchyard_flush_timeouts_total").increment(0);
+}
+
+/// Publishes gauges to the `metrics` recorder, if the process installed one.
+pub(crate) fn publish_gauges(budget: &MemoryBudget, durable: &Durable, applications: usize) {
+    let b = budget;
+    metrics::gauge!("switchyard_memory_capacity_bytes").set(b.capacity() as f64);
+    metrics::gauge!("switchyard_memory_used_bytes").set(b.used() as f64);
+    metrics::gauge!("switchyard_memory_reserved_bytes").set(b.reserved() as f64);
+    metrics::gauge!("switchyard_memory_flushing_bytes").set(b.flushing() as f64);
+    let t = tier_bytes(budget, durable);
+    metrics::gauge!("switchyard_tier_bytes", "tier" => "memory").set(t.memory as f64);
+    metrics::gauge!("switchyard_tier_bytes", "tier" => "disk").set(t.disk as f64);
+    metrics::gauge!("switchyard_tier_bytes", "tier" => "cold").set(t.cold as f64);
+    if let Some(cold) = durable.cold() {
+        let s = cold.status();
+        metrics::gauge!("switchyard_cold_read_cache_bytes").set(s.read_cache_bytes as f64);
+        metrics::gauge!("switchyard_cold_healthy").set(if s.healthy { 1.0 } else { 0.0 });
+    }
+    for d in durable.disks() {
+        publish_disk_gauges(d.status());
+    }
+    metrics::gauge!("switchyard_applications").set(applications as f64);
+}
+
+fn publish_disk_gauges(s: DiskStatus) {
+    let dir = s.dir.display().to_string();
+    metrics::gauge!("switchyard_disk_healthy", "dir" => dir.clone()).set(
+        if s.health == DiskHealth::Healthy {
+            1.0
+        } else {
+            0.0
+        },
+    );
+    metrics::gauge!("switchyard_disk_hung", "dir" => dir.clone()).set(
+        if s.health == DiskHealth::Hung {
+            1.0
+        } else {
+            0.0
+        },
+    );
+    metrics::gauge!("switchyard_disk_stuck_calls", "dir" => dir.clone()).set(s.stuck_calls as f64);
+    metrics::gauge!("switchyard_disk_used_ratio", "dir" => dir.clone()).set(s.used_ratio);
+    metrics::gauge!("switchyard_disk_available_bytes", "dir" => dir.clone())
+        .set(s.available_bytes as f64);
+    metrics::gauge!("switchyard_disk_stored_bytes", "dir" => dir).set(s.stored_bytes as f64);
 }

@@ -9,13 +9,10 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use crate::block::IndexRecord;
 use crate::error::{Result, StorageError};
 use crate::id::PartitionKey;
-use crate::partition::Partition;
-use crate::store::{concat, Store};
+use crate::tiers::partition::Partition;
 
 /// One chunk: logical byte ranges of the partition, read back to back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +32,7 @@ pub struct PartitionView {
 
 impl PartitionView {
     pub fn key(&self) -> &PartitionKey {
-        &self.partition.key
+        self.partition.key()
     }
 
     pub fn total_bytes(&self) -> u64 {
@@ -152,7 +149,7 @@ pub struct SelectedView {
 
 impl SelectedView {
     pub fn key(&self) -> &PartitionKey {
-        &self.partition.key
+        self.partition.key()
     }
 
     pub fn selection(&self) -> &Selection {
@@ -205,81 +202,60 @@ fn add_record(chunk: &mut Chunk, r: &IndexRecord) {
     chunk.records += 1;
 }
 
-impl Store {
-    /// Flushes the partition, then opens a chunked view of it. `maps` keeps
-    /// only blocks whose map id is in the range, ordered by map id.
-    pub async fn open_view(
-        self: &Arc<Self>,
-        key: &PartitionKey,
+impl PartitionView {
+    /// A view of a partition's `index` (its records in data order): `maps`
+    /// keeps only blocks whose map id is in the range, ordered by map id.
+    pub(crate) fn open(
+        partition: Arc<Partition>,
+        index: &[u8],
         maps: Option<Range<i64>>,
         chunk_size: u64,
-    ) -> Result<PartitionView> {
-        let index = self.read_index_flushed(key).await?;
-        let mut records = IndexRecord::decode_all(&index.0);
+    ) -> PartitionView {
+        let mut records = IndexRecord::decode_all(index);
         if let Some(maps) = &maps {
             records.retain(|r| maps.contains(&r.map_id));
             // Stable: arrival order is kept within each map.
             records.sort_by_key(|r| r.map_id);
         }
-        Ok(PartitionView {
-            partition: index.1,
+        PartitionView {
+            partition,
             chunks: chunk_records(&records, chunk_size.max(1)),
             blocks: records.len(),
-        })
+        }
     }
 
-    /// Flushes the partition, then opens a view of the records `select`
-    /// picks from its records (in data order), in the order and with the
-    /// repeats it gives them (Celeborn's map partitions serve a broadcast
-    /// region once per sub-partition read). Chunks are cut as they are read
-    /// ([`SelectedView::chunks`]).
-    pub async fn open_selected_view(
-        self: &Arc<Self>,
-        key: &PartitionKey,
+    pub(crate) fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// The chunk at `index`, or [`StorageError::NoSuchChunk`].
+    pub(crate) fn chunk(&self, index: usize) -> Result<&Chunk> {
+        self.chunks.get(index).ok_or(StorageError::NoSuchChunk {
+            index,
+            count: self.chunks.len(),
+        })
+    }
+}
+
+impl SelectedView {
+    /// A view of the records `select` picks from a partition's `index`.
+    pub(crate) fn open(
+        partition: Arc<Partition>,
+        index: &[u8],
         select: impl FnOnce(Vec<IndexRecord>) -> Selection,
         chunk_size: u64,
-    ) -> Result<SelectedView> {
-        let index = self.read_index_flushed(key).await?;
-        let selection = select(IndexRecord::decode_all(&index.0));
-        Ok(SelectedView {
-            partition: index.1,
+    ) -> SelectedView {
+        let selection = select(IndexRecord::decode_all(index));
+        SelectedView {
+            partition,
             blocks: selection.total_records(),
             selection,
             chunk_size: chunk_size.max(1),
-        })
-    }
-
-    /// Reads one chunk of a [`SelectedView`].
-    pub async fn read_selected_chunk(&self, view: &SelectedView, chunk: &Chunk) -> Result<Bytes> {
-        let mut pieces = Vec::with_capacity(chunk.ranges.len());
-        for &(offset, len) in &chunk.ranges {
-            pieces.push(self.read_range(&view.partition, offset, len).await?);
         }
-        Ok(concat(pieces))
     }
 
-    async fn read_index_flushed(
-        self: &Arc<Self>,
-        key: &PartitionKey,
-    ) -> Result<(Bytes, Arc<Partition>)> {
-        let p = self
-            .partition(key)?
-            .ok_or_else(|| StorageError::UnknownPartition(key.clone()))?;
-        self.flush_fully(&p).await?;
-        let index = self.read_index(key).await?;
-        Ok((index.index, p))
-    }
-
-    pub async fn read_chunk(&self, view: &PartitionView, index: usize) -> Result<Bytes> {
-        let chunk = view.chunks.get(index).ok_or(StorageError::NoSuchChunk {
-            index,
-            count: view.chunks.len(),
-        })?;
-        let mut pieces = Vec::with_capacity(chunk.ranges.len());
-        for &(offset, len) in &chunk.ranges {
-            pieces.push(self.read_range(&view.partition, offset, len).await?);
-        }
-        Ok(concat(pieces))
+    pub(crate) fn partition(&self) -> &Partition {
+        &self.partition
     }
 }
 

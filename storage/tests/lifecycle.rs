@@ -64,9 +64,16 @@ async fn an_expired_apps_shuffles_stay_dead_after_it_registers_again() {
     store.flush_shuffle("a", 0).await.unwrap();
     assert!(files_under(&dir.path().join("disk0")) > 0);
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while store.has_app("a") {
-        assert!(Instant::now() < deadline, "never expired");
+    // The expiry runs in the background: the application leaves the store
+    // first, then listeners hear of it, then its files go (the contract of
+    // `remove_app_because`: memory at once, files before the removal ends).
+    // Wait for the last of these, not for the first.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.has_app("a") || files_under(&dir.path().join("disk0")) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "never expired, or its files stayed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
@@ -77,8 +84,9 @@ async fn an_expired_apps_shuffles_stay_dead_after_it_registers_again() {
     assert_eq!(files_under(&dir.path().join("disk0")), 0, "files removed");
 
     // One heartbeat-like registration later, the old shuffle is still dead:
-    // neither appends nor reads pretend it is a fresh, empty one.
-    store.register_app("a");
+    // neither appends nor reads pretend it is a fresh, empty one. (A lease
+    // long enough that a slow machine does not expire it again mid-test.)
+    store.register_app_leased("a", Duration::from_secs(60));
     let err = store
         .append(&key, vec![block(2, 0, 100)], None)
         .await
@@ -151,8 +159,13 @@ async fn each_application_keeps_its_own_lease() {
     let store = Store::open(c).await.unwrap();
     store.register_app("short");
     store.register_app_leased("long", Duration::from_secs(30));
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(!store.has_app("short"));
+    // Bounded well inside the long lease, so the check below still means
+    // "the long lease outlived the short one".
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.has_app("short") {
+        assert!(Instant::now() < deadline, "the default lease never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(store.has_app("long"), "a longer lease outlives the default");
 }
 
@@ -174,6 +187,7 @@ async fn a_waiting_append_is_woken_by_the_release_itself() {
     assert!(err.is_backpressure(), "{err}");
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert_eq!(store.status().operations.memory_wait_timeouts, 1);
+    let refused = store.status().operations.no_buffer_replies;
 
     let woken = Arc::new(AtomicUsize::new(0));
     let waiter = {
@@ -188,6 +202,13 @@ async fn a_waiting_append_is_woken_by_the_release_itself() {
             r
         })
     };
+    // It waits once its append was refused (on a slow machine the task may
+    // start late: releasing before that would test nothing).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.status().operations.no_buffer_replies == refused {
+        assert!(Instant::now() < deadline, "the waiting append never tried");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         woken.load(Ordering::SeqCst),
@@ -240,7 +261,12 @@ async fn a_flush_with_nowhere_to_write_resumes_when_a_disk_recovers() {
         let store = store.clone();
         tokio::spawn(async move { store.flush_shuffle("f", 0).await })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.status().operations.spill_failures == 0 {
+        assert!(Instant::now() < deadline, "the flush never failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         !flush.is_finished(),
         "the only disk is faulted: the flush waits"

@@ -325,9 +325,19 @@ async fn applications_without_heartbeats_expire() {
         .append(&key, vec![block(1, 0, 1000)], None)
         .await
         .unwrap();
-    for _ in 0..10 {
+    // Heartbeats keep "alive" while the expiry, in the background, removes
+    // "quiet" and then releases its memory: wait for both (bounded), not a
+    // fixed time a slow machine may overrun.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut beats = 0;
+    while beats < 10 || store.has_app("quiet") || store.budget().used() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "quiet never expired after 300 ms without touch, or kept its memory"
+        );
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(store.heartbeat("alive"));
+        beats += 1;
     }
     assert!(
         !store.has_app("quiet"),

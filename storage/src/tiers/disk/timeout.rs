@@ -155,7 +155,7 @@ impl DiskCalls for Timeout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::fake::{self, FakeIo, ReleaseOnDrop};
+    use crate::tiers::disk::fake::{self, FakeIo, ReleaseOnDrop};
 
     fn layer(below: &Arc<FakeIo>, timeout: Duration) -> (Timeout, Arc<Health>, Arc<DiskFigures>) {
         let health = Arc::new(Health::new("/d".into(), Default::default()));

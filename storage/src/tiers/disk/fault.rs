@@ -83,7 +83,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::disk::fake::{self, FakeIo};
+    use crate::tiers::disk::fake::{self, FakeIo};
 
     /// Fails the next `fail` writes and probes, and records every hook call.
     #[derive(Default)]

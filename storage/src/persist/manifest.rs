@@ -30,7 +30,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, StorageError};
+use crate::error::StorageError;
 use crate::id::{AppId, PartitionKey};
 
 const APPS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("apps");
@@ -53,6 +53,69 @@ struct WriterState {
     /// that a status request never touches a hung disk).
     file_bytes: AtomicU64,
 }
+
+/// Why the manifest could not be opened, read or written. Each turns into
+/// [`StorageError::Manifest`] (or [`StorageError::Io`]) with the same text
+/// at the store's boundary, so the public error stays what it was.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ManifestError {
+    /// Its directory could not be created.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// redb failed opening or writing the file.
+    #[error("{path}: {source}")]
+    Db {
+        path: String,
+        #[source]
+        source: redb::Error,
+    },
+    /// redb failed reading the file at open.
+    #[error("reading: {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: redb::Error,
+    },
+    /// Written by a newer build whose entries may mean something else.
+    #[error("{path} has format {found}; this build reads up to {FORMAT}")]
+    NewerFormat { path: String, found: u64 },
+    /// Too many changes wait for a writer that does not return.
+    #[error("{path}: {PENDING_MAX} changes wait for a write that has not returned")]
+    Backlog { path: String },
+    /// A write outlived the timeout (this one, or an earlier one that still
+    /// has not returned); the change stays queued.
+    #[error(
+        "{path}: a write has not returned within {timeout:?} (a hung metadata disk?); \
+         the change is queued"
+    )]
+    Stalled {
+        path: String,
+        timeout: std::time::Duration,
+    },
+    #[error("manifest closed")]
+    Closed,
+    #[error("manifest writer stopped")]
+    WriterStopped,
+    /// The group transaction holding the change failed (shared by every
+    /// change in the group).
+    #[error(transparent)]
+    Commit(Arc<redb::Error>),
+}
+
+impl From<ManifestError> for StorageError {
+    fn from(e: ManifestError) -> Self {
+        match e {
+            ManifestError::Io { path, source } => StorageError::Io { path, source },
+            other => StorageError::Manifest(other.to_string()),
+        }
+    }
+}
+
+type Result<T, E = ManifestError> = std::result::Result<T, E>;
 
 /// Most jobs waiting for the writer. Past it (a metadata disk that stopped
 /// answering while commits go on) changes are refused at once rather than
@@ -138,7 +201,7 @@ pub(crate) struct Loaded {
 
 struct Job {
     changes: Vec<Change>,
-    done: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
+    done: tokio::sync::oneshot::Sender<Result<(), Arc<redb::Error>>>,
 }
 
 pub(crate) struct Manifest {
@@ -171,7 +234,10 @@ impl Manifest {
     /// thread; [`Manifest::apply`] waits at most `timeout` for a write.
     pub(crate) fn open(path: &Path, timeout: std::time::Duration) -> Result<Manifest> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| StorageError::io(parent, e))?;
+            std::fs::create_dir_all(parent).map_err(|source| ManifestError::Io {
+                path: parent.display().to_string(),
+                source,
+            })?;
         }
         let db = Database::create(path).map_err(|e| manifest_error(path, e))?;
         let txn = db.begin_write().map_err(|e| manifest_error(path, e))?;
@@ -183,10 +249,10 @@ impl Manifest {
                 .map(|v| v.value());
             match format {
                 Some(f) if f > FORMAT => {
-                    return Err(StorageError::Manifest(format!(
-                        "{} has format {f}; this build reads up to {FORMAT}",
-                        path.display()
-                    )))
+                    return Err(ManifestError::NewerFormat {
+                        path: path.display().to_string(),
+                        found: f,
+                    })
                 }
                 Some(_) => {}
                 None => {
@@ -211,7 +277,10 @@ impl Manifest {
         let writer = std::thread::Builder::new()
             .name("manifest-writer".into())
             .spawn(move || write_loop(&writer_db, &writer_path, rx, &writer_shared))
-            .map_err(|e| StorageError::io(path, e))?;
+            .map_err(|source| ManifestError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
         Ok(Manifest {
             path: path.to_path_buf(),
             db,
@@ -245,40 +314,35 @@ impl Manifest {
         }
         let state = &self.shared;
         if state.pending.load(Ordering::Acquire) >= PENDING_MAX {
-            return Err(StorageError::Manifest(format!(
-                "{}: {PENDING_MAX} changes wait for a write that has not returned",
-                self.path.display()
-            )));
+            return Err(ManifestError::Backlog {
+                path: self.path.display().to_string(),
+            });
         }
         let (done, wait) = tokio::sync::oneshot::channel();
         state.pending.fetch_add(1, Ordering::AcqRel);
         let sent = self
             .jobs
             .as_ref()
-            .ok_or_else(|| StorageError::Manifest("manifest closed".into()))
+            .ok_or(ManifestError::Closed)
             .and_then(|jobs| {
                 jobs.send(Job { changes, done })
-                    .map_err(|_| StorageError::Manifest("manifest writer stopped".into()))
+                    .map_err(|_| ManifestError::WriterStopped)
             });
         if let Err(e) = sent {
             state.pending.fetch_sub(1, Ordering::AcqRel);
             return Err(e);
         }
-        let stuck = || {
-            StorageError::Manifest(format!(
-                "{}: a write has not returned within {:?} (a hung metadata disk?); \
-                 the change is queued",
-                self.path.display(),
-                self.timeout
-            ))
+        let stuck = || ManifestError::Stalled {
+            path: self.path.display().to_string(),
+            timeout: self.timeout,
         };
         if state.stalled.load(Ordering::Acquire) {
             return Err(stuck());
         }
         match tokio::time::timeout(self.timeout, wait).await {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(StorageError::Manifest(e)),
-            Ok(Err(_)) => Err(StorageError::Manifest("manifest writer stopped".into())),
+            Ok(Ok(Err(e))) => Err(ManifestError::Commit(e)),
+            Ok(Err(_)) => Err(ManifestError::WriterStopped),
             Err(_) => {
                 state.stalled.store(true, Ordering::Release);
                 Err(stuck())
@@ -288,7 +352,10 @@ impl Manifest {
 
     /// Reads every entry (at open, before the store serves).
     pub(crate) fn load(&self) -> Result<Loaded> {
-        let err = |e: redb::Error| manifest_error(&self.path, e);
+        let err = |source: redb::Error| ManifestError::Read {
+            path: self.path.display().to_string(),
+            source,
+        };
         let txn = self.db.begin_read().map_err(|e| err(e.into()))?;
         let mut loaded = Loaded::default();
         for row in txn
@@ -347,8 +414,11 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-fn manifest_error(path: &Path, e: impl Into<redb::Error>) -> StorageError {
-    StorageError::Manifest(format!("{}: {}", path.display(), e.into()))
+fn manifest_error(path: &Path, e: impl Into<redb::Error>) -> ManifestError {
+    ManifestError::Db {
+        path: path.display().to_string(),
+        source: e.into(),
+    }
 }
 
 /// Takes the jobs waiting, applies them in one transaction, answers each.
@@ -365,7 +435,7 @@ fn write_loop(db: &Database, path: &Path, rx: mpsc::Receiver<Job>, state: &Write
         let started = std::time::Instant::now();
         let result = write_group(db, &jobs).map_err(|e| {
             tracing::error!(path = %path.display(), error = %e, "manifest commit failed");
-            e.to_string()
+            Arc::new(e)
         });
         metrics::histogram!("switchyard_manifest_commit_seconds")
             .record(started.elapsed().as_secs_f64());

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::Store;
+use super::Store;
 
 impl Store {
     pub(crate) fn start_background(self: &Arc<Self>) {
@@ -17,10 +17,12 @@ impl Store {
                 let Some(store) = weak.upgrade() else { return };
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = store.spill_wakeup.notified() => {}
+                    _ = store.flusher.spill_requested() => {}
                     _ = tokio::time::sleep(interval) => {}
                 }
-                store.spill_if_needed();
+                store
+                    .flusher
+                    .spill_if_needed(|| store.apps.all_partitions());
                 if tokio::time::Instant::now() >= gauges_due {
                     store.publish_gauges();
                     gauges_due = tokio::time::Instant::now() + Duration::from_secs(1);
@@ -38,13 +40,7 @@ impl Store {
                     _ = tokio::time::sleep(interval) => {}
                 }
                 let Some(store) = weak.upgrade() else { return };
-                // Every disk at once: a hung one (each call bounded by
-                // io_timeout) must not delay the others' checks.
-                futures::future::join_all(store.disks.iter().map(|d| async move {
-                    d.check_capacity().await;
-                    d.probe_if_faulted().await;
-                }))
-                .await;
+                store.durable.check_disks().await;
             }
         });
 
@@ -73,7 +69,13 @@ impl Store {
                 _ = tokio::time::sleep(grace) => {}
             }
             let Some(store) = weak.upgrade() else { return };
-            store.sweep_orphans().await;
+            let swept = crate::persist::sweep_orphans(
+                store.apps.all_partitions(),
+                store.apps.ids(),
+                &store.durable,
+            )
+            .await;
+            store.recovery.swept(swept);
         });
     }
 }

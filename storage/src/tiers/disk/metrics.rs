@@ -116,7 +116,7 @@ impl<I: DiskCalls> DiskCalls for Metrics<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::fake::{self, FakeCalls};
+    use crate::tiers::disk::fake::{self, FakeCalls};
 
     #[tokio::test]
     async fn counts_the_bytes_of_calls_that_succeeded() {

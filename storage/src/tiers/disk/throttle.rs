@@ -112,7 +112,7 @@ impl<I: DiskCalls> DiskCalls for Throttle<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::fake::{self, FakeCalls};
+    use crate::tiers::disk::fake::{self, FakeCalls};
 
     #[tokio::test(start_paused = true)]
     async fn limits_rate_after_the_initial_burst() {

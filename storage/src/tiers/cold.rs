@@ -530,7 +530,7 @@ impl ColdTier {
             .windows
             .try_get_with(key.clone(), load)
             .await
-            .map_err(|e: Arc<StorageError>| crate::store::clone_error(&e))?;
+            .map_err(|e: Arc<StorageError>| crate::error::clone_error(&e))?;
         if cache.is_deleted(&key.0) {
             cache.windows.invalidate(&key).await;
         }

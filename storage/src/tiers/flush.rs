@@ -16,17 +16,22 @@
 //! Lock order: a partition's `persist` lock, then a slot; a slot holder
 //! waits only on I/O, which `disks.io_timeout` and `cold.io_timeout` bound.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use super::budget::MemoryBudget;
+use super::durable::{shuffle_rel, Durable};
 use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
+use crate::config::StoreConfig;
+use crate::counters::Counters;
 use crate::error::{Result, StorageError};
-use crate::partition::Partition;
 use crate::segment::{Segment, SegmentLocation};
-use crate::store::{shuffle_rel, Store};
+use crate::tiers::partition::Partition;
 
 /// Where one flush goes.
 enum Target {
@@ -37,10 +42,101 @@ enum Target {
     Cold,
 }
 
-impl Store {
+/// Moves blocks from memory to the durable tiers: queued and waited-for
+/// flushes, and spills when memory runs high. Owns the flush slots and the
+/// wake-ups of flushes that wait for a tier.
+pub(crate) struct Flusher {
+    budget: Arc<MemoryBudget>,
+    durable: Arc<Durable>,
+    high_watermark: f64,
+    low_watermark: f64,
+    commit_timeout: Duration,
+    slots: Arc<Semaphore>,
+    spill_wakeup: Notify,
+    /// Flushes with nowhere to write wait on it; notified when a disk's
+    /// health changes and when partitions are removed.
+    retarget: Arc<Notify>,
+    /// Largest charge refused since the last spill check (0: none).
+    pressure: AtomicU64,
+    counters: Arc<Counters>,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Flusher {
+    /// `retarget` is the notify the disks signal health changes on;
+    /// `tasks` and `cancel` are the store's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        config: &StoreConfig,
+        budget: Arc<MemoryBudget>,
+        durable: Arc<Durable>,
+        retarget: Arc<Notify>,
+        counters: Arc<Counters>,
+        cancel: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Flusher {
+        let slots = config.disks.dirs.len() * config.disks.write_concurrency
+            + config
+                .cold
+                .as_ref()
+                .map(|c| c.write_concurrency)
+                .unwrap_or(0);
+        Flusher {
+            budget,
+            durable,
+            high_watermark: config.memory.high_watermark,
+            low_watermark: config.memory.low_watermark,
+            commit_timeout: config.commit_timeout,
+            slots: Arc::new(Semaphore::new(slots.max(1))),
+            spill_wakeup: Notify::new(),
+            retarget,
+            pressure: AtomicU64::new(0),
+            counters,
+            cancel,
+            tasks,
+        }
+    }
+
     pub(crate) fn over_high_watermark(&self) -> bool {
-        let m = &self.config.memory;
-        self.budget.unflushed() as f64 > m.high_watermark * self.budget.capacity() as f64
+        self.budget.unflushed() as f64 > self.high_watermark * self.budget.capacity() as f64
+    }
+
+    /// Asks the spill loop to look now.
+    pub(crate) fn wake_spill(&self) {
+        self.spill_wakeup.notify_one();
+    }
+
+    /// Resolves when a spill check is asked for.
+    pub(crate) fn spill_requested(&self) -> tokio::sync::futures::Notified<'_> {
+        self.spill_wakeup.notified()
+    }
+
+    /// A charge of `bytes` did not fit: make room even below the high
+    /// watermark, or a writer whose request is larger than the room between
+    /// the watermark and the capacity would wait forever.
+    pub(crate) fn refused(&self, bytes: u64) {
+        self.counters.no_buffer();
+        self.pressure.fetch_max(bytes, Ordering::AcqRel);
+        self.spill_wakeup.notify_one();
+    }
+
+    /// Drops removed partitions' memory, stops their flushes, and forgets
+    /// their segments in the tiers' figures (the caller deletes the files).
+    pub(crate) async fn discard(&self, partitions: &[Arc<Partition>]) {
+        for p in partitions {
+            self.budget.release(p.mark_removed());
+        }
+        // A flush waiting for a healthy tier looks again and sees `removed`.
+        self.retarget.notify_waiters();
+        for p in partitions {
+            // Wait for a running flush; it sees `removed` and stops.
+            let _guard = p.persist.lock().await;
+            let segments: Vec<Arc<Segment>> = std::mem::take(&mut *p.segments.write());
+            for seg in segments {
+                self.durable.forget_segment(&seg).await;
+            }
+        }
     }
 
     /// Queues a flush of the partition's staged blocks unless one is queued.
@@ -48,11 +144,11 @@ impl Store {
         if p.flush_queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        let store = self.clone();
+        let flusher = self.clone();
         let p = p.clone();
         self.tasks.spawn(async move {
-            if let Err(e) = store.flush_partition(&p, true).await {
-                tracing::debug!(partition = %p.key, error = %e, "flush ended early");
+            if let Err(e) = flusher.flush_partition(&p, true).await {
+                tracing::debug!(partition = %p.key(), error = %e, "flush ended early");
             }
         });
     }
@@ -60,7 +156,7 @@ impl Store {
     /// Flushes until the partition holds nothing in memory (or is removed).
     /// Unbounded: it ends only when the blocks are durable, the partition is
     /// removed or the store stops; callers that answer a client bound their
-    /// wait with [`Store::flush_fully_until`].
+    /// wait with [`Flusher::flush_fully_until`].
     pub(crate) async fn flush_fully(&self, p: &Arc<Partition>) -> Result<()> {
         loop {
             if p.buffer.lock().is_empty() || p.is_removed() {
@@ -70,20 +166,21 @@ impl Store {
         }
     }
 
-    /// Starts [`Store::flush_fully`] as a task of the store, so that a caller
-    /// who stops waiting for it (see [`Store::flush_fully_until`]) cuts no
+    /// Starts [`Flusher::flush_fully`] as a task of the store, so that a caller
+    /// who stops waiting for it (see [`Flusher::flush_fully_until`]) cuts no
     /// write off halfway: the flush goes on, and a later commit finds its
     /// blocks durable.
     pub(crate) fn flush_in_background(
         self: &Arc<Self>,
         p: &Arc<Partition>,
     ) -> tokio::task::JoinHandle<Result<()>> {
-        let store = self.clone();
+        let flusher = self.clone();
         let p = p.clone();
-        self.tasks.spawn(async move { store.flush_fully(&p).await })
+        self.tasks
+            .spawn(async move { flusher.flush_fully(&p).await })
     }
 
-    /// Waits for a flush started by [`Store::flush_in_background`] until
+    /// Waits for a flush started by [`Flusher::flush_in_background`] until
     /// `deadline`, then fails with [`StorageError::FlushTimeout`] (`what`
     /// names it) while the flush goes on.
     pub(crate) async fn flush_fully_until(
@@ -96,11 +193,11 @@ impl Store {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => Err(StorageError::io(what(), std::io::Error::other(join))),
             Err(_) => {
-                self.counters.flush_timeouts.fetch_add(1, Ordering::Relaxed);
+                self.counters.flush_timed_out();
                 metrics::counter!("switchyard_flush_timeouts_total").increment(1);
                 Err(StorageError::FlushTimeout {
                     what: what(),
-                    timeout: self.config.commit_timeout,
+                    timeout: self.commit_timeout,
                 })
             }
         }
@@ -109,7 +206,7 @@ impl Store {
     /// One flush slot, or ShuttingDown.
     async fn flush_slot(&self) -> Result<OwnedSemaphorePermit> {
         tokio::select! {
-            slot = self.flush_slots.clone().acquire_owned() => {
+            slot = self.slots.clone().acquire_owned() => {
                 slot.map_err(|_| StorageError::ShuttingDown)
             }
             _ = self.cancel.cancelled() => Err(StorageError::ShuttingDown),
@@ -186,8 +283,8 @@ impl Store {
             retarget.as_mut().enable();
             if p.is_removed() {
                 return Err(StorageError::ShuffleRemoved {
-                    app: p.key.app.to_string(),
-                    shuffle: p.key.shuffle,
+                    app: p.key().app.to_string(),
+                    shuffle: p.key().shuffle,
                 });
             }
             let permit = match slot.take() {
@@ -198,7 +295,7 @@ impl Store {
                 drop(permit);
                 attempt += 1;
                 if attempt == 1 || attempt.is_multiple_of(50) {
-                    tracing::error!(partition = %p.key, bytes, "no healthy disk or cold tier; blocks wait in memory");
+                    tracing::error!(partition = %p.key(), bytes, "no healthy disk or cold tier; blocks wait in memory");
                 }
                 tokio::select! {
                     _ = &mut retarget => continue,
@@ -226,28 +323,25 @@ impl Store {
                         // delays only this flush's return, by at most
                         // io_timeout, and later ones skip it while it is
                         // stuck.
-                        self.disks[d].check_capacity().await;
+                        self.durable.disk(d).check_capacity().await;
                     }
                     metrics::counter!("switchyard_spill_total", "tier" => tier).increment(1);
                     metrics::counter!("switchyard_spill_bytes_total", "tier" => tier)
                         .increment(bytes);
                     metrics::histogram!("switchyard_spill_duration_seconds", "tier" => tier)
                         .record(started.elapsed().as_secs_f64());
-                    self.counters.spills.fetch_add(1, Ordering::Relaxed);
-                    self.counters
-                        .spilled_bytes
-                        .fetch_add(bytes, Ordering::Relaxed);
+                    self.counters.spilled(bytes);
                     return Ok(());
                 }
                 Err(e) => {
                     attempt += 1;
-                    self.counters.spill_failures.fetch_add(1, Ordering::Relaxed);
+                    self.counters.spill_failed();
                     metrics::counter!("switchyard_spill_failures_total", "tier" => tier)
                         .increment(1);
-                    tracing::warn!(partition = %p.key, tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
+                    tracing::warn!(partition = %p.key(), tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
                     if tier == "cold" {
                         // Huge partitions turn to disks for a while.
-                        if let Some(cold) = &self.cold {
+                        if let Some(cold) = self.durable.cold() {
                             cold.record_write_failure();
                         }
                         // Short and bounded: the partition (and removal of
@@ -265,7 +359,7 @@ impl Store {
     }
 
     fn choose_target(&self, p: &Partition) -> Option<Target> {
-        if let Some(cold) = &self.cold {
+        if let Some(cold) = self.durable.cold() {
             // A huge partition goes cold unless a cold write failed lately:
             // then to a healthy disk, as any partition (the cold tier stays
             // the last resort below).
@@ -275,7 +369,7 @@ impl Store {
         }
         if let Some(last) = p.segments.read().last() {
             if let Some(d) = last.disk() {
-                if last.is_open() && self.disks[d].is_writable() {
+                if last.is_open() && self.durable.disk(d).is_writable() {
                     return Some(Target::Append(last.clone()));
                 }
             }
@@ -283,13 +377,14 @@ impl Store {
         // Rendezvous hashing: a partition's preferred disk stays the same while
         // the set of healthy disks does, and spreads partitions evenly.
         let best = self
-            .disks
+            .durable
+            .disks()
             .iter()
             .filter(|d| d.is_writable())
-            .max_by_key(|d| placement_hash(&p.key, d.index));
+            .max_by_key(|d| placement_hash(p.key(), d.index));
         match best {
             Some(d) => Some(Target::NewDisk(d.index)),
-            None if self.cold.is_some() => Some(Target::Cold),
+            None if self.durable.cold().is_some() => Some(Target::Cold),
             None => None,
         }
     }
@@ -304,27 +399,28 @@ impl Store {
         let (segment, is_new) = match target {
             Target::Append(seg) => (seg, false),
             Target::NewDisk(d) => {
-                let uid = self.next_segment_uid();
-                let dir = self.disks[d]
-                    .dir
-                    .join(shuffle_rel(&p.key.app, p.key.shuffle));
-                let stem = format!("{}.{uid}", p.key.file_stem());
+                let uid = self.durable.next_segment_uid();
+                let dir = self
+                    .durable
+                    .disk_dir(d)
+                    .join(shuffle_rel(&p.key().app, p.key().shuffle));
+                let stem = format!("{}.{uid}", p.key().file_stem());
                 let location = SegmentLocation::Disk {
                     disk: d,
                     data: dir.join(format!("{stem}.data")),
                     index: dir.join(format!("{stem}.index")),
                 };
-                let direct = self.disks[d].direct && bytes >= crate::direct::MIN_FLUSH;
+                let direct = self.durable.disk(d).direct && bytes >= super::disk::direct::MIN_FLUSH;
                 (
                     Arc::new(Segment::new(uid, location, p.persisted_len()).with_direct(direct)),
                     true,
                 )
             }
             Target::Cold => {
-                let cold = self.cold_tier()?;
-                let uid = self.next_segment_uid();
-                let rel = shuffle_rel(&p.key.app, p.key.shuffle);
-                let stem = format!("{}/{}.{uid}", rel.to_string_lossy(), p.key.file_stem());
+                let cold = self.durable.cold_tier()?;
+                let uid = self.durable.next_segment_uid();
+                let rel = shuffle_rel(&p.key().app, p.key().shuffle);
+                let stem = format!("{}/{}.{uid}", rel.to_string_lossy(), p.key().file_stem());
                 let location = SegmentLocation::Cold {
                     data: cold.path(&format!("{stem}.data")),
                     index: cold.path(&format!("{stem}.index")),
@@ -349,7 +445,7 @@ impl Store {
                 data,
                 index: index_path,
             } => {
-                let d = &self.disks[*disk];
+                let d = self.durable.disk(*disk);
                 match d
                     .write(
                         data.clone(),
@@ -376,7 +472,7 @@ impl Store {
                 data,
                 index: index_path,
             } => {
-                let cold = self.cold_tier()?;
+                let cold = self.durable.cold_tier()?;
                 cold.write_segment(data, index_path, blocks.clone(), index)
                     .await?;
                 cold.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -396,19 +492,21 @@ impl Store {
     /// Picks partitions, largest staged first, until unflushed memory would
     /// fall to the low watermark, and queues their flushes. After a refused
     /// charge it also frees at least the refused amount, watermark or not.
-    pub(crate) fn spill_if_needed(self: &Arc<Self>) {
+    pub(crate) fn spill_if_needed(
+        self: &Arc<Self>,
+        partitions: impl FnOnce() -> Vec<Arc<Partition>>,
+    ) {
         let refused = self.pressure.swap(0, Ordering::AcqRel);
         if !self.over_high_watermark() && refused == 0 {
             return;
         }
-        let target = (self.config.memory.low_watermark * self.budget.capacity() as f64) as u64;
+        let target = (self.low_watermark * self.budget.capacity() as f64) as u64;
         let unflushed = self.budget.unflushed();
         let mut excess = unflushed.saturating_sub(target).max(refused.min(unflushed));
         if excess == 0 {
             return;
         }
-        let mut candidates: Vec<(u64, Arc<Partition>)> = self
-            .all_partitions()
+        let mut candidates: Vec<(u64, Arc<Partition>)> = partitions()
             .into_iter()
             .map(|p| {
                 let size = p.buffer.lock().staging_charge();
@@ -445,9 +543,10 @@ mod tests {
     use super::*;
     use crate::block::BlockMeta;
     use crate::config::StoreConfig;
-    use crate::disk::DiskHealth;
     use crate::fault::DiskFaults;
     use crate::id::PartitionKey;
+    use crate::store::Store;
+    use crate::tiers::disk::DiskHealth;
 
     struct Failing(AtomicBool);
 
@@ -488,7 +587,8 @@ mod tests {
         let store = Store::open_with_faults(c, Some(faults.clone()))
             .await
             .unwrap();
-        assert_eq!(store.flush_slots.available_permits(), 1);
+        let flusher = store.flusher();
+        assert_eq!(flusher.slots.available_permits(), 1);
         store.register_app("a");
         let mut parts = Vec::new();
         for p in 0..3 {
@@ -497,31 +597,38 @@ mod tests {
                 .append(&key, vec![block(p as i64)], None)
                 .await
                 .unwrap();
-            let part = store.partition(&key).unwrap().unwrap();
-            store.schedule_flush(&part);
+            let part = store.apps().partition(&key).unwrap().unwrap();
+            flusher.schedule_flush(&part);
             parts.push(part);
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while store.disks[0].health() != DiskHealth::Faulted
-            || store.counters.spill_failures.load(Ordering::Relaxed) == 0
+        while store.status().disks[0].health != DiskHealth::Faulted
+            || store.status().operations.spill_failures == 0
         {
             assert!(tokio::time::Instant::now() < deadline, "no failed flush");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // Every flush now waits for a healthy disk (the probes fail too).
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Every flush now waits for a healthy disk (the probes fail too);
+        // on a slow machine the last may cut its batch a while later.
+        while store.budget().flushing() < 3 * block(0).charge() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a batch never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(
-            store.budget.flushing(),
+            store.budget().flushing(),
             3 * block(0).charge(),
             "all three batches wait"
         );
         assert_eq!(
-            store.flush_slots.available_permits(),
+            flusher.slots.available_permits(),
             1,
             "no waiting flush holds the slot"
         );
         faults.0.store(false, Ordering::SeqCst);
-        while store.budget.used() > 0 {
+        while store.budget().used() > 0 {
             assert!(tokio::time::Instant::now() < deadline, "never flushed");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

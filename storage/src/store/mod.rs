@@ -1,0 +1,745 @@
+//! The block API: the one facade both protocol adapters call. It owns the
+//! parts and only delegates to them:
+//! - [`Apps`] (`apps/`): applications, their leases, quotas, shuffles and
+//!   partitions, removal events and history;
+//! - the tiers (`tiers/`): the memory budget, the durable tiers
+//!   ([`Durable`]: disks and the cold tier, and reads from them), and the
+//!   [`Flusher`] that moves blocks from memory to them;
+//! - [`Recovery`] (`persist/`): what survives restarts.
+//!
+//! What spans parts (a removal, a commit) is a short sequence of calls
+//! here; no part calls back into the store.
+
+mod background;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::apps::ledger::AppRecord;
+use crate::apps::lifecycle::{AppListener, RemovalReason};
+use crate::apps::Apps;
+use crate::block::{Block, IndexRecord};
+use crate::config::StoreConfig;
+use crate::counters::Counters;
+use crate::error::{Result, StorageError};
+use crate::fault::DiskFaults;
+use crate::id::{path_component, AppId, PartitionKey};
+use crate::persist::manifest::{Change, RecoveredNote};
+use crate::persist::recovery::RecoveryStatus;
+use crate::persist::Recovery;
+use crate::status::{ShuffleStatus, StoreStatus, TierBytes};
+use crate::tiers::budget::{MemoryBudget, Reservation};
+use crate::tiers::memory::MemoryRead;
+use crate::tiers::partition::Partition;
+use crate::tiers::{Durable, Flusher, IoPlacement};
+use crate::view::{Chunk, PartitionView, SelectedView, Selection};
+
+pub use crate::tiers::PartitionIndex;
+
+/// Figures of one partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub cold_bytes: u64,
+    pub received_bytes: u64,
+    pub received_blocks: u64,
+}
+
+pub struct Store {
+    config: StoreConfig,
+    budget: Arc<MemoryBudget>,
+    apps: Apps,
+    durable: Arc<Durable>,
+    flusher: Arc<Flusher>,
+    recovery: Recovery,
+    counters: Arc<Counters>,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+    shutting_down: AtomicBool,
+}
+
+impl Store {
+    /// Opens the store and starts its background work (spill, disk health,
+    /// application expiry) on the current tokio runtime.
+    pub async fn open(config: StoreConfig) -> Result<Arc<Store>> {
+        Self::open_with_faults(config, None).await
+    }
+
+    /// Like [`Store::open`], with a fault injector on every disk (tests).
+    pub async fn open_with_faults(
+        config: StoreConfig,
+        faults: Option<Arc<dyn DiskFaults>>,
+    ) -> Result<Arc<Store>> {
+        Self::open_inner(config, faults, &|_| None).await
+    }
+
+    /// Like [`Store::open`], each disk's blocking I/O on the runtime `io`
+    /// names for its directory (the runtime of the disk's NUMA node), or on
+    /// the current one.
+    pub async fn open_placed(
+        config: StoreConfig,
+        io: &(dyn Fn(&std::path::Path) -> Option<tokio::runtime::Handle> + Sync),
+    ) -> Result<Arc<Store>> {
+        Self::open_inner(config, None, io).await
+    }
+
+    async fn open_inner(
+        config: StoreConfig,
+        faults: Option<Arc<dyn DiskFaults>>,
+        io: IoPlacement<'_>,
+    ) -> Result<Arc<Store>> {
+        config.validate().map_err(StorageError::Config)?;
+        let counters = Arc::new(Counters::default());
+        // Disks signal health changes on it; flushes waiting for a tier
+        // wait on it.
+        let health_changed = Arc::new(tokio::sync::Notify::new());
+        let durable = Arc::new(Durable::open(
+            &config,
+            faults,
+            io,
+            health_changed.clone(),
+            counters.clone(),
+        )?);
+        let (recovery, loaded) = Recovery::open(&config)?;
+        let budget = Arc::new(MemoryBudget::new(config.memory.capacity.as_u64()));
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let flusher = Arc::new(Flusher::new(
+            &config,
+            budget.clone(),
+            durable.clone(),
+            health_changed,
+            counters.clone(),
+            cancel.clone(),
+            tasks.clone(),
+        ));
+        let store = Arc::new(Store {
+            budget,
+            apps: Apps::new(&config.apps),
+            durable,
+            flusher,
+            recovery,
+            counters,
+            cancel,
+            tasks,
+            shutting_down: AtomicBool::new(false),
+            config,
+        });
+        if let Some(loaded) = loaded {
+            store.recovery.recover(loaded, &store.apps, &store.durable);
+        }
+        store.start_background();
+        crate::status::register_failure_counters(&store.durable);
+        tracing::info!(
+            memory = %store.config.memory.capacity,
+            disks = store.durable.disks().len(),
+            cold = store.durable.cold().is_some(),
+            "store opened"
+        );
+        Ok(store)
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// True while some tier can take flushes.
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire) && self.durable.is_writable()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn apps(&self) -> &Apps {
+        &self.apps
+    }
+
+    #[cfg(test)]
+    pub(crate) fn flusher(&self) -> &Arc<Flusher> {
+        &self.flusher
+    }
+
+    // ---- applications ---------------------------------------------------
+
+    /// Registers an application with the default lease (`apps.expiry`), or
+    /// refreshes it if known.
+    pub fn register_app(&self, app: &str) {
+        self.register_app_leased(app, self.config.apps.expiry);
+    }
+
+    /// Registers an application that lives `lease` past its last heartbeat or
+    /// request, or refreshes it (and sets its lease) if known. An application
+    /// registered again after its removal starts afresh: the shuffles it had
+    /// stay dead (see [`crate::lifecycle`]).
+    pub fn register_app_leased(&self, app: &str, lease: Duration) {
+        self.apps.register(app, lease);
+    }
+
+    /// Refreshes an application's lease. False if the application is unknown.
+    pub fn heartbeat(&self, app: &str) -> bool {
+        self.apps.heartbeat(app)
+    }
+
+    /// Describes an application's client (its protocol version, say), for
+    /// the status and the migration report. The store gives it no meaning.
+    /// An application not registered yet gets it when it registers (within
+    /// an hour).
+    pub fn set_app_client(&self, app: &str, client: &str) {
+        self.apps.set_client(app, client);
+    }
+
+    /// Names the user an application runs as (for `apps.max_user_bytes`).
+    pub fn set_app_user(&self, app: &str, user: &str) {
+        self.apps.set_user(app, user);
+    }
+
+    /// Whether the application, and its user, may set up more: refused with
+    /// [`StorageError::QuotaExceeded`] when either holds its quota of bytes.
+    /// (Appends check the application's own quota each time.)
+    pub fn check_quota(&self, app: &str) -> Result<()> {
+        self.apps.check_quota(app)
+    }
+
+    /// Whether a user's applications hold less than `apps.max_user_bytes`
+    /// together.
+    pub fn check_user_quota(&self, user: &str) -> Result<()> {
+        self.apps.check_user_quota(user)
+    }
+
+    /// Every live application's figures, then those of applications removed
+    /// within `apps.history_retention` (oldest removal first).
+    pub fn app_history(&self) -> Vec<AppRecord> {
+        self.apps.history()
+    }
+
+    pub fn has_app(&self, app: &str) -> bool {
+        self.apps.contains(app)
+    }
+
+    pub fn app_ids(&self) -> Vec<String> {
+        self.apps.ids()
+    }
+
+    /// Tells `listener` of every application removal from now on, for as
+    /// long as it is alive (the store holds it weakly).
+    pub fn subscribe(&self, listener: std::sync::Weak<dyn AppListener>) {
+        self.apps.subscribe(listener);
+    }
+
+    /// Fails with [`StorageError::ShuffleRemoved`] if the shuffle died with
+    /// its application (expired or unregistered), so that an adapter can
+    /// refuse to set it up again.
+    pub fn check_shuffle_alive(&self, app: &str, shuffle: i32) -> Result<()> {
+        self.apps.check_alive(&AppId::from(app), shuffle)
+    }
+
+    // ---- writes ---------------------------------------------------------
+
+    /// Reserves memory ahead of an append (Uniffle's buffer ticket).
+    pub fn reserve(&self, bytes: u64) -> Result<Reservation> {
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(StorageError::ShuttingDown);
+        }
+        let r = Reservation::new(self.budget.clone(), bytes);
+        if r.is_err() {
+            self.flusher.refused(bytes);
+        }
+        r
+    }
+
+    /// Appends blocks to a partition, charging the memory budget (first from
+    /// `reservation`, then directly). When this returns Ok the blocks are
+    /// readable; when it fails nothing was appended.
+    pub async fn append(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        blocks: Vec<Block>,
+        reservation: Option<&mut Reservation>,
+    ) -> Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(StorageError::ShuttingDown);
+        }
+        let partition = self.apps.partition_or_create(key)?;
+        if partition.is_sealed() {
+            return Err(StorageError::Sealed(key.clone()));
+        }
+        let charge: u64 = blocks.iter().map(Block::charge).sum();
+        let bytes: u64 = blocks.iter().map(Block::len).sum();
+        self.apps.check_append(&partition, bytes)?;
+        let covered = reservation.map(|r| r.consume(charge)).unwrap_or(0);
+        if covered < charge {
+            if let Err(e) = self.budget.try_charge(charge - covered) {
+                // Give the covered part back: nothing is appended.
+                self.budget.release(covered);
+                self.flusher.refused(charge - covered);
+                return Err(e);
+            }
+        }
+        let count = blocks.len() as u64;
+        let staged = match partition.stage(blocks) {
+            Ok(staged) => staged,
+            Err(e) => {
+                self.budget.release(charge);
+                return Err(e);
+            }
+        };
+        partition.count_received(bytes, count);
+        self.counters.appended(bytes);
+        if staged >= self.config.memory.single_buffer_threshold.as_u64() {
+            self.flusher.schedule_flush(&partition);
+        }
+        if self.flusher.over_high_watermark() {
+            self.flusher.wake_spill();
+        }
+        Ok(())
+    }
+
+    /// Like [`Store::append`], but while the memory budget is full it waits
+    /// for memory to be released (a flush finishing, a shuffle removed) and
+    /// tries again, up to `max_wait`. Woken by the release itself, not by
+    /// polling. Celeborn pushes use it: their protocol has no "no buffer"
+    /// reply a client would back off on.
+    pub async fn append_waiting(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        blocks: Vec<Block>,
+        max_wait: Duration,
+    ) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut waited: Option<Instant> = None;
+        loop {
+            let released = self.budget.released();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.append(key, blocks.clone(), None).await {
+                Err(e) if e.is_backpressure() => {
+                    waited.get_or_insert_with(Instant::now);
+                    tokio::select! {
+                        _ = &mut released => {}
+                        _ = tokio::time::sleep_until(deadline) => {
+                            self.counters.memory_wait_timed_out();
+                            return Err(e);
+                        }
+                        _ = self.cancel.cancelled() => return Err(StorageError::ShuttingDown),
+                    }
+                }
+                result => {
+                    if let Some(since) = waited {
+                        self.counters.memory_waited();
+                        metrics::histogram!("switchyard_memory_wait_seconds")
+                            .record(since.elapsed().as_secs_f64());
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    /// Blocks still in memory after the block `after` (from the start when
+    /// `None`, or when that block already left memory), skipping blocks `keep`
+    /// rejects, until at least `max_bytes` (always one block if any is left).
+    /// An unknown partition reads as empty.
+    pub fn read_memory(
+        &self,
+        key: &PartitionKey,
+        after: Option<i64>,
+        max_bytes: u64,
+        keep: &dyn Fn(&Block) -> bool,
+    ) -> Result<MemoryRead> {
+        Ok(match self.apps.partition(key)? {
+            Some(p) => p.read_memory(after, max_bytes, keep),
+            None => MemoryRead::default(),
+        })
+    }
+
+    /// The persisted index of a partition. An unknown partition, or one whose
+    /// data is all still in memory, has an empty index.
+    pub async fn read_index(&self, key: &PartitionKey) -> Result<PartitionIndex> {
+        match self.apps.partition(key)? {
+            Some(p) => self.durable.read_index(&p).await,
+            None => Ok(PartitionIndex::default()),
+        }
+    }
+
+    /// Bytes `[offset, offset + len)` of a partition's persisted data.
+    pub async fn read_data(&self, key: &PartitionKey, offset: u64, len: u64) -> Result<Bytes> {
+        let p = self.known_partition(key)?;
+        self.durable.read_range(&p, offset, len).await
+    }
+
+    fn known_partition(&self, key: &PartitionKey) -> Result<Arc<Partition>> {
+        self.apps
+            .partition(key)?
+            .ok_or_else(|| StorageError::UnknownPartition(key.clone()))
+    }
+
+    pub fn partition_stats(&self, key: &PartitionKey) -> Result<PartitionStats> {
+        Ok(match self.apps.partition(key)? {
+            Some(p) => {
+                let (memory_bytes, disk_bytes, cold_bytes) = p.tier_bytes();
+                PartitionStats {
+                    memory_bytes,
+                    disk_bytes,
+                    cold_bytes,
+                    received_bytes: p.received_bytes(),
+                    received_blocks: p.received_blocks(),
+                }
+            }
+            None => PartitionStats::default(),
+        })
+    }
+
+    /// Flushes the partition, then opens a chunked view of it. `maps` keeps
+    /// only blocks whose map id is in the range, ordered by map id.
+    pub async fn open_view(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        maps: Option<std::ops::Range<i64>>,
+        chunk_size: u64,
+    ) -> Result<PartitionView> {
+        let (index, p) = self.read_index_flushed(key).await?;
+        Ok(PartitionView::open(p, &index, maps, chunk_size))
+    }
+
+    /// Flushes the partition, then opens a view of the records `select`
+    /// picks from its records (in data order), in the order and with the
+    /// repeats it gives them (Celeborn's map partitions serve a broadcast
+    /// region once per sub-partition read). Chunks are cut as they are read
+    /// ([`SelectedView::chunks`]).
+    pub async fn open_selected_view(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        select: impl FnOnce(Vec<IndexRecord>) -> Selection,
+        chunk_size: u64,
+    ) -> Result<SelectedView> {
+        let (index, p) = self.read_index_flushed(key).await?;
+        Ok(SelectedView::open(p, &index, select, chunk_size))
+    }
+
+    /// Reads one chunk of a [`SelectedView`].
+    pub async fn read_selected_chunk(&self, view: &SelectedView, chunk: &Chunk) -> Result<Bytes> {
+        self.durable
+            .read_ranges(view.partition(), &chunk.ranges)
+            .await
+    }
+
+    pub async fn read_chunk(&self, view: &PartitionView, index: usize) -> Result<Bytes> {
+        let chunk = view.chunk(index)?;
+        self.durable
+            .read_ranges(view.partition(), &chunk.ranges)
+            .await
+    }
+
+    async fn read_index_flushed(&self, key: &PartitionKey) -> Result<(Bytes, Arc<Partition>)> {
+        let p = self.known_partition(key)?;
+        self.flusher.flush_fully(&p).await?;
+        let index = self.read_index(key).await?;
+        Ok((index.index, p))
+    }
+
+    // ---- commits --------------------------------------------------------
+
+    /// Flushes every block of a partition and refuses further appends (a
+    /// Celeborn commit). Idempotent. Returns the partition's figures. Waits
+    /// at most `commit_timeout`, then fails with
+    /// [`StorageError::FlushTimeout`] while the flush goes on.
+    pub async fn seal(self: &Arc<Self>, key: &PartitionKey) -> Result<PartitionStats> {
+        self.seal_with_notes(key, Vec::new()).await
+    }
+
+    /// [`Store::seal`], recording the front end's notes on the partition's
+    /// shuffle in the same manifest transaction (Celeborn's map regions), so
+    /// that a restart never finds the partition without them.
+    pub async fn seal_with_notes(
+        self: &Arc<Self>,
+        key: &PartitionKey,
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Result<PartitionStats> {
+        let p = self.apps.partition_or_create(key)?;
+        p.seal();
+        let deadline = self.commit_deadline();
+        let flush = self.flusher.flush_in_background(&p);
+        self.flusher
+            .flush_fully_until(flush, deadline, || format!("partition {key}"))
+            .await?;
+        let notes = Recovery::note_changes(&key.app, key.shuffle, notes);
+        self.record_until(std::slice::from_ref(&p), notes, deadline)
+            .await?;
+        self.partition_stats(key)
+    }
+
+    /// Makes the partitions durable and records them with the front end's
+    /// notes on their shuffle (`(name, value)`, a later note of the same name
+    /// replacing the earlier), so that a restart serves them again: what a
+    /// client is told is stored (Uniffle's reportShuffleResult). Partitions
+    /// this store never saw are skipped. Bounded by `commit_timeout`, then
+    /// [`StorageError::FlushTimeout`] while the flushes go on.
+    pub async fn commit_partitions(
+        self: &Arc<Self>,
+        app: &str,
+        shuffle: i32,
+        partitions: &[i32],
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Result<()> {
+        let app_state = self.apps.app(app)?;
+        self.apps.check_alive(app_state.id(), shuffle)?;
+        let parts = app_state
+            .shuffle_partitions(shuffle, Some(partitions))
+            .unwrap_or_default();
+        let deadline = self.commit_deadline();
+        let flushes: Vec<_> = parts
+            .iter()
+            .map(|p| self.flusher.flush_in_background(p))
+            .collect();
+        for (p, flush) in parts.iter().zip(flushes) {
+            self.flusher
+                .flush_fully_until(flush, deadline, || format!("partition {}", p.key()))
+                .await?;
+        }
+        let notes = Recovery::note_changes(app_state.id(), shuffle, notes);
+        self.record_until(&parts, notes, deadline).await
+    }
+
+    /// Records a front end's notes on a shuffle (Celeborn's map regions)
+    /// beside its committed partitions; recovered with them
+    /// ([`Store::take_recovered_notes`]) and removed with the shuffle.
+    pub async fn record_notes(
+        &self,
+        app: &str,
+        shuffle: i32,
+        notes: Vec<(String, Vec<u8>)>,
+    ) -> Result<()> {
+        let app_state = self.apps.app(app)?;
+        let changes = Recovery::note_changes(app_state.id(), shuffle, notes);
+        self.record_until(&[], changes, self.commit_deadline())
+            .await
+    }
+
+    pub fn is_sealed(&self, key: &PartitionKey) -> Result<bool> {
+        Ok(self
+            .apps
+            .partition(key)?
+            .map(|p| p.is_sealed())
+            .unwrap_or(false))
+    }
+
+    /// Flushes every block of a shuffle and waits until it is durable
+    /// (Uniffle's finishShuffle), at most `commit_timeout` in all; then it
+    /// fails with [`StorageError::FlushTimeout`] while the flushes go on.
+    pub async fn flush_shuffle(self: &Arc<Self>, app: &str, shuffle: i32) -> Result<()> {
+        let Some(partitions) = self.apps.app(app)?.shuffle_partitions(shuffle, None) else {
+            return Ok(());
+        };
+        let deadline = self.commit_deadline();
+        // All at once: the flush slots bound how many write together.
+        let flushes: Vec<_> = partitions
+            .iter()
+            .map(|p| self.flusher.flush_in_background(p))
+            .collect();
+        let mut first_error = None;
+        for flush in flushes {
+            let what = || format!("shuffle {shuffle} of application {app}");
+            if let Err(e) = self.flusher.flush_fully_until(flush, deadline, what).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        self.record_until(&partitions, Vec::new(), deadline).await
+    }
+
+    fn commit_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.config.commit_timeout
+    }
+
+    /// Records partitions and notes in the manifest (see
+    /// [`Recovery::record_until`]: a failure is counted, not returned).
+    async fn record_until(
+        &self,
+        partitions: &[Arc<Partition>],
+        notes: Vec<Change>,
+        deadline: tokio::time::Instant,
+    ) -> Result<()> {
+        self.recovery
+            .record_until(partitions, notes, deadline, &self.apps, &self.durable)
+            .await
+    }
+
+    // ---- removal --------------------------------------------------------
+
+    /// Removes a shuffle: its memory at once, its files and objects before
+    /// this returns.
+    pub async fn remove_shuffle(&self, app: &str, shuffle: i32) -> Result<()> {
+        if let Some((id, partitions)) = self.apps.remove_shuffle(app, shuffle) {
+            self.recovery
+                .forget(Change::RemoveShuffle(id.clone(), shuffle))
+                .await;
+            self.purge_shuffle(&id, shuffle, &partitions).await;
+        }
+        Ok(())
+    }
+
+    /// Removes an application and everything it stored, because its client
+    /// unregistered it.
+    pub async fn remove_app(&self, app: &str) -> Result<()> {
+        self.remove_app_because(app, RemovalReason::Unregistered)
+            .await
+    }
+
+    /// Removes an application: its shuffles die (see [`crate::lifecycle`]),
+    /// listeners forget it, then its memory, files and objects go.
+    pub async fn remove_app_because(&self, app: &str, reason: RemovalReason) -> Result<()> {
+        let Some((a, shuffles)) = self.apps.remove(app, reason) else {
+            return Ok(());
+        };
+        self.recovery
+            .forget(Change::RemoveApp(a.id().clone()))
+            .await;
+        for (id, partitions) in shuffles {
+            self.purge_shuffle(a.id(), id, &partitions).await;
+        }
+        self.durable.remove_app_files(a.id()).await;
+        Ok(())
+    }
+
+    /// A removed shuffle's data goes: its quota, memory, segments, files.
+    async fn purge_shuffle(&self, app: &AppId, shuffle: i32, partitions: &[Arc<Partition>]) {
+        self.apps.release(partitions);
+        self.flusher.discard(partitions).await;
+        self.durable.remove_shuffle_files(app, shuffle).await;
+        tracing::debug!(%app, shuffle, "shuffle removed");
+    }
+
+    /// Removes applications whose last heartbeat or request is older than
+    /// their lease, and forgets tombstones past their retention. Returns the
+    /// ids removed.
+    pub async fn expire_apps(&self) -> Vec<String> {
+        let stale = self.apps.expired();
+        for app in &stale {
+            tracing::warn!(app, "application expired: no heartbeat within its lease");
+            self.counters.app_expired();
+            let _ = self.remove_app_because(app, RemovalReason::Expired).await;
+        }
+        self.apps.prune_tombstones();
+        stale
+    }
+
+    // ---- cold tier ------------------------------------------------------
+
+    /// Empties the cold tier's read cache (benchmarks start each run cold).
+    pub fn clear_cold_read_cache(&self) {
+        if let Some(cold) = self.durable.cold() {
+            cold.clear_read_cache();
+        }
+    }
+
+    /// Lists the cold tier's objects below an application (tests, checks).
+    pub async fn cold_objects(&self, app: &str) -> Result<Vec<String>> {
+        self.durable.cold_tier()?.list(&path_component(app)).await
+    }
+
+    // ---- recovery -------------------------------------------------------
+
+    /// Front-end notes recovered for applications of `namespace` (as
+    /// [`crate::scoped_app`] names them); each is handed out once.
+    pub fn take_recovered_notes(&self, namespace: &str) -> Vec<RecoveredNote> {
+        self.recovery.take_notes(namespace)
+    }
+
+    /// What the last start recovered and removed.
+    pub fn recovery_status(&self) -> RecoveryStatus {
+        self.recovery.status()
+    }
+
+    // ---- figures --------------------------------------------------------
+
+    /// The shuffles of an application, by id; None if it is unknown.
+    pub fn shuffle_status(&self, app: &str) -> Option<Vec<ShuffleStatus>> {
+        let app = self.apps.get(app)?;
+        Some(crate::status::shuffle_status(&app))
+    }
+
+    pub fn status(&self) -> StoreStatus {
+        crate::status::store_status(crate::status::Sources {
+            ready: self.is_ready(),
+            budget: &self.budget,
+            memory: &self.config.memory,
+            apps: &self.apps,
+            durable: &self.durable,
+            counters: &self.counters,
+            recovery: self.recovery_status(),
+        })
+    }
+
+    /// Bytes held per tier, summed over tier counters (cheap: no walk).
+    pub fn tier_bytes(&self) -> TierBytes {
+        crate::status::tier_bytes(&self.budget, &self.durable)
+    }
+
+    /// Publishes gauges to the `metrics` recorder, if the process installed one.
+    pub fn publish_gauges(&self) {
+        crate::status::publish_gauges(&self.budget, &self.durable, self.apps.len());
+    }
+
+    // ---- shutdown -------------------------------------------------------
+
+    /// Flushes everything buffered, waits for it, and stops background work.
+    /// Appends are refused from the moment this starts.
+    pub async fn shutdown(self: &Arc<Self>) {
+        self.shutting_down.store(true, Ordering::Release);
+        let started = Instant::now();
+        let partitions = self.apps.all_partitions();
+        tracing::info!(
+            partitions = partitions.len(),
+            buffered = self.budget.used(),
+            "flushing before shutdown"
+        );
+        // Bounded like a commit: with no writable tier, stop waiting (and
+        // say what is lost) rather than never exit.
+        let deadline = self.commit_deadline();
+        let flushes: Vec<_> = partitions
+            .iter()
+            .map(|p| (p.key().clone(), self.flusher.flush_in_background(p)))
+            .collect();
+        for (key, flush) in flushes {
+            if let Err(e) = self
+                .flusher
+                .flush_fully_until(flush, deadline, || format!("partition {key}"))
+                .await
+            {
+                tracing::error!(partition = %key, error = %e, "flush at shutdown failed");
+            }
+        }
+        // A graceful stop records every partition as it stands, committed or
+        // not, so that the restarted node resumes running jobs: a Uniffle
+        // report or a Celeborn commit that arrives after the restart finds
+        // the blocks sent before it. (After a crash only commits count.)
+        if self.recovery.is_enabled() {
+            // Failures are counted and logged inside; the stop goes on.
+            let _ = self.record_until(&partitions, Vec::new(), deadline).await;
+            tracing::info!(
+                partitions = partitions.len(),
+                "partitions recorded for the restart"
+            );
+        }
+        self.cancel.cancel();
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
+        tracing::info!(elapsed = ?started.elapsed(), "store shut down");
+    }
+}

@@ -1,0 +1,229 @@
+//! The state of one partition, and the tally of its application that its
+//! hot paths count into.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::memory::{MemoryRead, PartitionBuffer};
+use crate::block::Block;
+use crate::error::{Result, StorageError};
+use crate::id::PartitionKey;
+use crate::segment::Segment;
+
+pub(crate) struct Partition {
+    key: PartitionKey,
+    pub(super) buffer: Mutex<PartitionBuffer>,
+    pub(super) segments: RwLock<Vec<Arc<Segment>>>,
+    /// Held while a flush writes: a partition's flushes are serialised, so its
+    /// segments grow in the order its blocks arrived.
+    pub(super) persist: tokio::sync::Mutex<()>,
+    pub(super) flush_queued: AtomicBool,
+    sealed: AtomicBool,
+    removed: AtomicBool,
+    /// Data bytes ever appended (for huge-partition placement and figures).
+    received_bytes: AtomicU64,
+    received_blocks: AtomicU64,
+    /// Its application's tally, counted on the hot paths without a lookup.
+    tally: Arc<AppTally>,
+}
+
+/// What an application wrote and had read back, in data bytes.
+#[derive(Debug, Default)]
+pub(crate) struct AppTally {
+    written: AtomicU64,
+    read: AtomicU64,
+    /// Data bytes appended and not yet removed (the byte quota's measure).
+    held: AtomicU64,
+    /// Partitions created and not yet removed (the partition quota's).
+    partitions: AtomicU64,
+}
+
+impl AppTally {
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn partitions(&self) -> u64 {
+        self.partitions.load(Ordering::Relaxed)
+    }
+
+    /// A partition was created.
+    pub(crate) fn count_partition(&self) {
+        self.partitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A partition recorded before a restart came back holding `bytes`.
+    pub(crate) fn count_recovered(&self, bytes: u64) {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        self.written.fetch_add(bytes, Ordering::Relaxed);
+        self.partitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_written(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Ordering::Relaxed);
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_read(&self, bytes: u64) {
+        self.read.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Removed partitions' bytes and count leave the quotas' measures.
+    pub(crate) fn release(&self, bytes: u64, partitions: u64) {
+        let sub = |counter: &AtomicU64, n: u64| {
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+        };
+        sub(&self.held, bytes);
+        sub(&self.partitions, partitions);
+    }
+}
+
+impl Partition {
+    pub(crate) fn new(key: PartitionKey, tally: Arc<AppTally>) -> Self {
+        Partition {
+            key,
+            tally,
+            buffer: Mutex::new(PartitionBuffer::default()),
+            segments: RwLock::new(Vec::new()),
+            persist: tokio::sync::Mutex::new(()),
+            flush_queued: AtomicBool::new(false),
+            sealed: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+            received_bytes: AtomicU64::new(0),
+            received_blocks: AtomicU64::new(0),
+        }
+    }
+
+    /// A partition recorded before a restart, with its recorded segments.
+    pub(crate) fn recovered(
+        key: PartitionKey,
+        tally: Arc<AppTally>,
+        sealed: bool,
+        segments: Vec<Arc<Segment>>,
+    ) -> Self {
+        let mut p = Partition::new(key, tally);
+        p.sealed.store(sealed, Ordering::Release);
+        p.received_bytes
+            .store(segments.iter().map(|s| s.len()).sum(), Ordering::Relaxed);
+        p.received_blocks.store(
+            segments.iter().map(|s| s.extent().records).sum(),
+            Ordering::Relaxed,
+        );
+        *p.segments.get_mut() = segments;
+        p
+    }
+
+    pub(crate) fn key(&self) -> &PartitionKey {
+        &self.key
+    }
+
+    /// Its application's tally.
+    pub(crate) fn tally(&self) -> &AppTally {
+        &self.tally
+    }
+
+    /// Data bytes ever appended (recovered: the recorded bytes).
+    pub(crate) fn received_bytes(&self) -> u64 {
+        self.received_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn received_blocks(&self) -> u64 {
+        self.received_blocks.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::Acquire)
+    }
+
+    /// Bytes in the logical persisted stream.
+    pub(crate) fn persisted_len(&self) -> u64 {
+        let segs = self.segments.read();
+        segs.last().map(|s| s.logical_start + s.len()).unwrap_or(0)
+    }
+
+    pub(crate) fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
+        self.segments.read().clone()
+    }
+
+    /// Stages appended blocks in memory unless the partition was removed or
+    /// sealed (checked under the buffer lock: removal and sealing take it
+    /// too). Returns the charge now staged.
+    pub(crate) fn stage(&self, blocks: Vec<Block>) -> Result<u64> {
+        let mut buf = self.buffer.lock();
+        if self.is_removed() {
+            return Err(StorageError::ShuffleRemoved {
+                app: self.key.app.to_string(),
+                shuffle: self.key.shuffle,
+            });
+        }
+        if self.is_sealed() {
+            return Err(StorageError::Sealed(self.key.clone()));
+        }
+        buf.push(blocks);
+        Ok(buf.staging_charge())
+    }
+
+    /// Blocks still in memory (see [`crate::Store::read_memory`]), counted
+    /// as read by its application.
+    pub(crate) fn read_memory(
+        &self,
+        after: Option<i64>,
+        max_bytes: u64,
+        keep: &dyn Fn(&Block) -> bool,
+    ) -> MemoryRead {
+        let read = self.buffer.lock().read(after, max_bytes, keep);
+        self.tally.count_read(read.bytes());
+        read
+    }
+
+    /// Counts an append of `count` blocks, `bytes` of data.
+    pub(crate) fn count_received(&self, bytes: u64, count: u64) {
+        self.received_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.tally.count_written(bytes);
+        self.received_blocks.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Refuses appends from now on (a seal), under the buffer lock so that
+    /// no append is half done.
+    pub(crate) fn seal(&self) {
+        let _buf = self.buffer.lock();
+        self.sealed.store(true, Ordering::Release);
+    }
+
+    /// Marks it removed (under its buffer lock, which appends and seals
+    /// take too) and empties its staged blocks; returns their charge.
+    pub(crate) fn mark_removed(&self) -> u64 {
+        let mut buf = self.buffer.lock();
+        self.removed.store(true, Ordering::Release);
+        buf.clear_staging()
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Bytes per tier: (memory, disk, cold).
+    pub(crate) fn tier_bytes(&self) -> (u64, u64, u64) {
+        let memory = self.buffer.lock().memory_bytes();
+        let (mut disk, mut cold) = (0, 0);
+        for s in self.segments.read().iter() {
+            match s.disk() {
+                Some(_) => disk += s.len(),
+                None => cold += s.len(),
+            }
+        }
+        (memory, disk, cold)
+    }
+}
