@@ -44,7 +44,7 @@ pub use config::{
 };
 pub use disk::{DiskHealth, DiskStatus};
 pub use error::{Result, StorageError};
-pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
+pub use id::{AppId, PartitionKey};
 pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use manifest::RecoveredNote;

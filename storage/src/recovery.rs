@@ -368,13 +368,16 @@ impl Store {
         }
     }
 
-    /// Front-end notes recovered for applications of `namespace` (as
-    /// [`crate::scoped_app`] names them); each is handed out once.
-    pub fn take_recovered_notes(&self, namespace: &str) -> Vec<crate::RecoveredNote> {
+    /// Front-end notes recovered for the applications of `front_end`; each
+    /// is handed out once.
+    pub fn take_recovered_notes(
+        &self,
+        front_end: switchyard_ident::FrontEnd,
+    ) -> Vec<crate::RecoveredNote> {
         let mut all = self.recovered_notes.lock();
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *all)
             .into_iter()
-            .partition(|n| crate::unscoped_app(namespace, &n.app).is_some());
+            .partition(|n| front_end.own_id(&n.app).is_some());
         *all = rest;
         mine
     }
