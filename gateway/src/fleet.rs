@@ -10,12 +10,13 @@
 use std::sync::{Arc, OnceLock};
 
 use switchyard_celeborn::server::fleet::{Candidate, Fleet};
-use switchyard_celeborn::server::worker::{stored_app, WorkerAddr, WorkerState, NAMESPACE};
+use switchyard_celeborn::server::worker::{stored_app, WorkerAddr, WorkerState};
 use switchyard_cluster::proto::{
     CelebornEndpoint, HeartbeatReply, Load, UniffleEndpoint, WorkerHeartbeat, WorkerState as Wire,
 };
 use switchyard_cluster::{AppBook, Directory, LocalWorker, WorkerListener, PROTOCOL_VERSION};
-use switchyard_storage::{unscoped_app, DiskHealth, Store};
+use switchyard_ident::FrontEnd;
+use switchyard_storage::{DiskHealth, Store};
 use switchyard_uniffle::coordinator::NodeRegistry;
 use switchyard_uniffle::proto::ShuffleServerId;
 use switchyard_uniffle::UniffleAddrs;
@@ -215,7 +216,7 @@ impl LocalWorker for NodeWorker {
         let celeborn_apps = status
             .applications
             .iter()
-            .filter_map(|a| unscoped_app(NAMESPACE, &a.id).map(str::to_string))
+            .filter_map(|a| FrontEnd::Celeborn.own_id(&a.id).map(str::to_string))
             .collect();
         WorkerHeartbeat {
             protocol_version: PROTOCOL_VERSION,
@@ -232,12 +233,15 @@ impl LocalWorker for NodeWorker {
                 netty_port: a.server_id.netty_port,
                 tags: tags.clone(),
             }),
-            celeborn: self.celeborn.as_ref().map(|w| CelebornEndpoint {
-                host: w.addr.host.clone(),
-                rpc_port: w.addr.rpc_port,
-                push_port: w.addr.push_port,
-                fetch_port: w.addr.fetch_port,
-                replicate_port: w.addr.replicate_port,
+            celeborn: self.celeborn.as_ref().map(|w| {
+                let a = w.addr();
+                CelebornEndpoint {
+                    host: a.host.clone(),
+                    rpc_port: a.rpc_port,
+                    push_port: a.push_port,
+                    fetch_port: a.fetch_port,
+                    replicate_port: a.replicate_port,
+                }
             }),
             load: Some(Load {
                 memory_capacity: status.memory.capacity,
@@ -262,10 +266,7 @@ impl LocalWorker for NodeWorker {
             self.store.heartbeat(&stored_app(app));
         }
         for r in &reply.removed_shuffles {
-            if worker
-                .shuffles
-                .contains_key(&format!("{}-{}", r.app, r.shuffle_id))
-            {
+            if worker.has_shuffle(&r.app, r.shuffle_id) {
                 tracing::info!(app = %r.app, shuffle = r.shuffle_id, coordinator = %reply.coordinator_id, "shuffle unregistered by its driver: removing it");
                 worker.remove_shuffle(&r.app, r.shuffle_id).await;
             }

@@ -8,27 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 
 /// An application id as the store knows it: a front end's own id, scoped
-/// with [`scoped_app`].
+/// by its front end (`switchyard_ident::ScopedApp`, `<namespace>/<id>`). The
+/// store gives the namespace no meaning: it only hands each front end the
+/// notes of its own applications back at a restart.
 pub type AppId = Arc<str>;
-
-/// The store's id of application `app` of the front end `namespace`:
-/// `namespace/app`. Each front end (protocol adapter) names its applications
-/// in a namespace of its own, so clients of two front ends that pick the same
-/// application id (by chance or on purpose) never share partitions, leases
-/// or removals. The store itself gives the namespace no meaning.
-pub fn scoped_app(namespace: &str, app: &str) -> AppId {
-    let mut id = String::with_capacity(namespace.len() + 1 + app.len());
-    id.push_str(namespace);
-    id.push('/');
-    id.push_str(app);
-    id.into()
-}
-
-/// The front end's own id of a store application id, when it is in
-/// `namespace` (the inverse of [`scoped_app`]).
-pub fn unscoped_app<'a>(namespace: &str, stored: &'a str) -> Option<&'a str> {
-    stored.strip_prefix(namespace)?.strip_prefix('/')
-}
 
 /// One stored partition: the unit of append, index and read.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -172,19 +155,17 @@ mod tests {
 
     #[test]
     fn scoped_ids_keep_front_ends_apart() {
+        use switchyard_ident::FrontEnd;
         let (u, c) = (
-            scoped_app("uniffle", "app-1"),
-            scoped_app("celeborn", "app-1"),
+            FrontEnd::Uniffle.stored("app-1"),
+            FrontEnd::Celeborn.stored("app-1"),
         );
-        assert_ne!(u, c);
         assert_ne!(path_component(&u), path_component(&c));
-        assert_eq!(unscoped_app("uniffle", &u), Some("app-1"));
-        assert_eq!(unscoped_app("celeborn", &u), None);
-        // A namespace is matched whole, not as a prefix of another.
-        assert_eq!(unscoped_app("uni", &u), None);
+        // The directory names of scoped ids stay what they were.
+        assert_eq!(path_component(&u), "uniffle_2Fapp-1");
         assert_eq!(
-            unscoped_app("uniffle", &scoped_app("uniffle", "a/b")),
-            Some("a/b")
+            path_component(&FrontEnd::Celeborn.stored("a/b")),
+            "celeborn_2Fa_2Fb"
         );
     }
 

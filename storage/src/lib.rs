@@ -38,7 +38,7 @@ pub use config::{
     StoreConfig,
 };
 pub use error::{Result, StorageError};
-pub use id::{scoped_app, unscoped_app, AppId, PartitionKey};
+pub use id::{AppId, PartitionKey};
 pub use ledger::{AppRecord, Removal};
 pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;

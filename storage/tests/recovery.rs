@@ -144,7 +144,7 @@ async fn committed_partitions_come_back_with_the_same_answers() {
     // (a Celeborn commit or Uniffle report after the restart finds it); only
     // what its shuffle held before the removal is gone.
     common::assert_same(&read_all(&store, &uncommitted).await, &[block(999, 0, 500)]);
-    let notes = store.take_recovered_notes("a");
+    let notes = store.take_recovered_notes(switchyard_ident::FrontEnd::Uniffle);
     assert!(notes.is_empty(), "notes are taken per namespace: {notes:?}");
     let history = store.app_history();
     let a = history.iter().find(|r| r.id == "a").unwrap();

@@ -7,22 +7,22 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use switchyard_ident::{Protocol, ScopedApp};
 use switchyard_storage::{AppRecord, Removal, Store};
 
 use super::throughput::{Hour, ThroughputHistory};
 
 /// The protocol an application used and the client's own id, from the
-/// store's id (`<namespace>/<id>`) and what the front end said of the
-/// client: Celeborn's Flink client is told apart by its map partitions.
+/// store's id and what the front end said of the client
+/// ([`ScopedApp::protocol`]); `other` for an id of no front end.
 pub fn protocol_of<'a>(store_id: &'a str, client: Option<&str>) -> (&'static str, &'a str) {
-    let (namespace, id) = store_id.split_once('/').unwrap_or(("", store_id));
-    let protocol = match namespace {
-        "uniffle" => "uniffle",
-        "celeborn" if client.is_some_and(|c| c.starts_with("flink")) => "flink",
-        "celeborn" => "celeborn",
-        _ => "other",
-    };
-    (protocol, id)
+    match ScopedApp::parse(store_id) {
+        Some(app) => (app.protocol(client).as_str(), app.id),
+        None => (
+            "other",
+            store_id.split_once('/').map_or(store_id, |(_, id)| id),
+        ),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -73,9 +73,9 @@ fn row(r: AppRecord) -> AppRow {
 
 pub fn report(store: &Store, throughput: &ThroughputHistory) -> MigrationReport {
     let applications: Vec<AppRow> = store.app_history().into_iter().map(row).collect();
-    let mut protocols: BTreeMap<&'static str, ProtocolSummary> = ["uniffle", "celeborn", "flink"]
+    let mut protocols: BTreeMap<&'static str, ProtocolSummary> = Protocol::ALL
         .into_iter()
-        .map(|p| (p, ProtocolSummary::default()))
+        .map(|p| (p.as_str(), ProtocolSummary::default()))
         .collect();
     for a in &applications {
         let s = protocols.entry(a.protocol).or_default();
@@ -109,5 +109,6 @@ mod tests {
         );
         assert_eq!(protocol_of("celeborn/a/b", None), ("celeborn", "a/b"));
         assert_eq!(protocol_of("bare", None), ("other", "bare"));
+        assert_eq!(protocol_of("spark/app-3", None), ("other", "app-3"));
     }
 }

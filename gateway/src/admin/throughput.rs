@@ -54,10 +54,13 @@ pub struct History {
 pub struct ThroughputHistory {
     samples: Mutex<VecDeque<Sample>>,
     hours: Mutex<VecDeque<Hour>>,
-    last: Mutex<(Instant, [Totals; 3])>,
+    last: Mutex<(Instant, AllTotals)>,
 }
 
-fn all_totals() -> [Totals; 3] {
+/// Every protocol's totals, in [`Protocol::ALL`]'s order.
+type AllTotals = [Totals; Protocol::ALL.len()];
+
+fn all_totals() -> AllTotals {
     Protocol::ALL.map(traffic::totals)
 }
 
@@ -99,7 +102,7 @@ impl ThroughputHistory {
     }
 
     /// Adds the bytes since the previous sample to the clock hour of `unix_ms`.
-    fn add_to_hour(&self, unix_ms: u64, totals: &[Totals; 3], before: &[Totals; 3]) {
+    fn add_to_hour(&self, unix_ms: u64, totals: &AllTotals, before: &AllTotals) {
         let start = unix_ms - unix_ms % HOUR_MS;
         let mut hours = self.hours.lock();
         if hours.back().is_none_or(|h| h.start_unix_ms != start) {

@@ -110,7 +110,7 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
         Some(app) => app.clone(),
         None => super::app_id("bench"),
     };
-    let shuffle_key = format!("{app}-0");
+    let shuffle_key = switchyard_celeborn::ShuffleKey::new(&app, 0).to_string();
     println!(
         "celeborn bench: {} in {} batches of {} over {} partitions, {} mappers, master {}",
         ByteSize::b(total),

@@ -89,7 +89,7 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_millis()
     );
-    let shuffle_key = format!("{app}-0");
+    let shuffle_key = switchyard_celeborn::ShuffleKey::new(&app, 0).to_string();
     println!(
         "flink bench: {} in {total_records} records of {}, {} map tasks x {} regions x {} sub-partitions, initial credit {}, master {}",
         ByteSize::b(total),

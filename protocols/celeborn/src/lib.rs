@@ -19,10 +19,12 @@ pub mod modes;
 pub mod proto;
 pub mod rpc;
 pub mod server;
+pub mod shuffle_key;
 pub mod status;
 pub mod transport_message;
 
 pub use config::CelebornConfig;
 pub use server::{CelebornAddrs, CelebornNode};
+pub use shuffle_key::ShuffleKey;
 pub use status::StatusCode;
 pub use transport_message::{DataPlaneBody, SerdeVersion, TransportMessage};

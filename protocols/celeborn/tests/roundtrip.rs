@@ -383,7 +383,7 @@ async fn spark_sequence_push_commit_read() {
     let env = start(2 << 20, 64 << 10).await;
     let (app, shuffle, partitions, maps) = ("local-1700000000000", 0, 4, 6);
     let lm = Lm::start(&env, app, shuffle, partitions, 1 << 30, 0).await;
-    let key = format!("{app}-{shuffle}");
+    let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
     let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
@@ -801,7 +801,7 @@ async fn abandoned_streams_are_closed() {
         },
     );
     fetch.data_rpc(&open).await.unwrap();
-    assert_eq!(env.node.worker.streams.len(), 1);
+    assert_eq!(env.node.worker.open_streams(), 1);
     assert_eq!(
         env.node.worker.expire_streams(Duration::from_secs(60)),
         0,
@@ -809,7 +809,7 @@ async fn abandoned_streams_are_closed() {
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(env.node.worker.expire_streams(Duration::from_millis(10)), 1);
-    assert!(env.node.worker.streams.is_empty());
+    assert_eq!(env.node.worker.open_streams(), 0);
 }
 
 // ---- Flink: map partitions and credit-based reads -----------------------
@@ -935,7 +935,7 @@ type Regions = Vec<(bool, Vec<(i32, Bytes)>)>;
 /// Waits (up to 5 s) until the worker holds no credit stream.
 async fn no_credit_streams_left(env: &Env, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !env.node.worker.credit_streams.is_empty() {
+    while !env.node.worker.credit_stream_ids().is_empty() {
         assert!(std::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -1019,7 +1019,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     let env = start(1 << 20, 64 << 10).await;
     let (app, shuffle, maps, subs) = ("flink-app-1", 3, 3, 6);
     let lm = Lm::start_map(&env, app, shuffle, maps).await;
-    let key = format!("{app}-{shuffle}");
+    let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
     let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
@@ -1192,8 +1192,9 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     assert!(!read.ended);
     // That stalled stream is still open; the server closes it when the reader
     // says so, and it leaves the worker healthy for the next reader.
-    assert_eq!(env.node.worker.credit_streams.len(), 1);
-    let stalled = *env.node.worker.credit_streams.iter().next().unwrap().key();
+    let open = env.node.worker.credit_stream_ids();
+    assert_eq!(open.len(), 1);
+    let stalled = open[0];
     fetch
         .send(switchyard_celeborn::frame::Message::RpcRequest {
             request_id: 77,
@@ -1209,7 +1210,7 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(env.node.worker.credit_streams.len(), 0);
+    assert_eq!(env.node.worker.credit_stream_ids().len(), 0);
 
     // A reader that disconnects mid-stream: its stream goes away with it.
     {
@@ -1265,7 +1266,7 @@ async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_
     let env = start_with(1 << 20, 64 << 10, Some(256 << 10)).await;
     let (app, shuffle, subs) = ("flink-cold-1", 0, 4);
     let lm = Lm::start_map(&env, app, shuffle, 1).await;
-    let key = format!("{app}-{shuffle}");
+    let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
     let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
@@ -1330,7 +1331,7 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
     .await;
     let (app, shuffle) = ("app-silent", 0);
     let lm = Lm::start(&env, app, shuffle, 1, 1 << 30, 0).await;
-    let key = format!("{app}-{shuffle}");
+    let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
     let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
         .await
         .unwrap();
@@ -1339,12 +1340,12 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
         .await
         .unwrap();
     assert!(r.is_empty(), "batch A acked");
-    assert!(env.node.worker.shuffles.contains_key(&key));
+    assert!(env.node.worker.has_shuffle(app, shuffle));
 
     // Silence past the application timeout: the app leaves the store, the
     // worker's state and the status.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while env.store.has_app(&stored_app(app)) || env.node.worker.shuffles.contains_key(&key) {
+    while env.store.has_app(&stored_app(app)) || env.node.worker.has_shuffle(app, shuffle) {
         assert!(std::time::Instant::now() < deadline, "never expired");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

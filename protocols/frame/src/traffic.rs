@@ -31,31 +31,14 @@ pub fn rpc_answered(
         .record(took.as_secs_f64());
 }
 
-/// The wire a request came in on, as operators tell them apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Uniffle = 0,
-    /// Celeborn's Spark client (reduce partitions).
-    Celeborn,
-    /// Celeborn's Flink client (map partitions, credit-based reads).
-    Flink,
-}
-
-impl Protocol {
-    pub const ALL: [Protocol; 3] = [Protocol::Uniffle, Protocol::Celeborn, Protocol::Flink];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Uniffle => "uniffle",
-            Protocol::Celeborn => "celeborn",
-            Protocol::Flink => "flink",
-        }
-    }
-}
+/// The wire a request came in on: owned by `switchyard-ident`, re-exported
+/// here for the metrics' callers.
+pub use switchyard_ident::Protocol;
 
 /// The byte totals again, for the process itself (the status page's
 /// throughput history): the metrics recorder cannot be read back.
-static TOTALS: [[AtomicU64; 2]; 3] = [const { [const { AtomicU64::new(0) }; 2] }; 3];
+static TOTALS: [[AtomicU64; 2]; Protocol::ALL.len()] =
+    [const { [const { AtomicU64::new(0) }; 2] }; Protocol::ALL.len()];
 
 /// Bytes pushed and fetched per protocol since the process started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

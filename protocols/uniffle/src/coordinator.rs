@@ -358,7 +358,7 @@ impl CoordinatorServer for CoordinatorService {
             if !r.app_id.is_empty() && !version.is_empty() && version.len() <= 64 {
                 store.set_app_client(
                     &crate::server::stored_app(&r.app_id),
-                    &format!("client {version}"),
+                    &switchyard_ident::Protocol::Uniffle.client_description(version),
                 );
             }
         }

@@ -31,7 +31,7 @@ use crate::apps::{App, Apps};
 use crate::block::INDEX_RECORD_LEN;
 use crate::config::StoreConfig;
 use crate::error::{Result, StorageError};
-use crate::id::{unscoped_app, AppId};
+use crate::id::AppId;
 use crate::segment::{Segment, SegmentLocation};
 use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
@@ -288,11 +288,11 @@ impl Recovery {
     }
 
     /// See [`crate::Store::take_recovered_notes`].
-    pub(crate) fn take_notes(&self, namespace: &str) -> Vec<RecoveredNote> {
+    pub(crate) fn take_notes(&self, front_end: switchyard_ident::FrontEnd) -> Vec<RecoveredNote> {
         let mut all = self.notes.lock();
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *all)
             .into_iter()
-            .partition(|n| unscoped_app(namespace, &n.app).is_some());
+            .partition(|n| front_end.own_id(&n.app).is_some());
         *all = rest;
         mine
     }

@@ -655,10 +655,13 @@ impl Store {
 
     // ---- recovery -------------------------------------------------------
 
-    /// Front-end notes recovered for applications of `namespace` (as
-    /// [`crate::scoped_app`] names them); each is handed out once.
-    pub fn take_recovered_notes(&self, namespace: &str) -> Vec<RecoveredNote> {
-        self.recovery.take_notes(namespace)
+    /// Front-end notes recovered for the applications of `front_end`; each
+    /// is handed out once.
+    pub fn take_recovered_notes(
+        &self,
+        front_end: switchyard_ident::FrontEnd,
+    ) -> Vec<RecoveredNote> {
+        self.recovery.take_notes(front_end)
     }
 
     /// What the last start recovered and removed.

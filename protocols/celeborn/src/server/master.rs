@@ -34,97 +34,26 @@ impl Endpoint for MasterEndpoint {
         self: Arc<Self>,
         tm: TransportMessage,
     ) -> Result<TransportMessage, CelebornError> {
-        let store = &self.worker.store;
         if self.fleet.warming() {
             return Err(CelebornError::WarmingUp);
         }
+        let success = StatusCode::Success.as_i32();
         match tm.kind() {
             Some(MessageType::RegisterApplicationInfo) => {
-                let r: PbRegisterApplicationInfo = decode(&tm)?;
-                self.worker.register_app(&r.app_id);
-                self.fleet.app_seen(&r.app_id);
-                if let Some(id) = &r.user_identifier {
-                    self.fleet.app_info(
-                        &r.app_id,
-                        &id.tenant_id,
-                        &id.name,
-                        r.extra_info.clone().into_iter().collect(),
-                    );
-                }
-                self.worker.split_info_apps.insert(r.app_id);
+                self.register_application_info(decode(&tm)?);
                 Ok(TransportMessage::without_payload(
                     MessageType::OneWayMessageResponse,
                 ))
             }
-            Some(MessageType::HeartbeatFromApplication) => {
-                let r: PbHeartbeatFromApplication = decode(&tm)?;
-                // Registers the app again if it expired; its old shuffles
-                // stay dead (storage's lifecycle), so nothing reads short.
-                self.worker.register_app(&r.app_id);
-                self.fleet.app_seen(&r.app_id);
-                if !r.should_response {
-                    return Ok(TransportMessage::without_payload(
-                        MessageType::OneWayMessageResponse,
-                    ));
-                }
-                // Workers the client asks about that heartbeat no coordinator
-                // are unknown (lost ones included).
-                let unknown_workers = r
-                    .need_checked_worker_list
-                    .into_iter()
-                    .filter(|w| {
-                        !self.fleet.knows(&format!(
-                            "{}:{}:{}:{}:{}",
-                            w.host, w.rpc_port, w.push_port, w.fetch_port, w.replicate_port
-                        ))
-                    })
-                    .collect();
-                let shutting_workers = self.fleet.shutting().iter().map(worker_info).collect();
-                Ok(TransportMessage::new(
-                    MessageType::HeartbeatFromApplicationResponse,
-                    &PbHeartbeatFromApplicationResponse {
-                        status: StatusCode::Success.as_i32(),
-                        unknown_workers,
-                        shutting_workers,
-                        // From every coordinator's book: a driver that moved
-                        // here from another master finds its shuffles known.
-                        registered_shuffles: self.fleet.registered_shuffles(&r.app_id),
-                        check_quota_response: Some(PbCheckQuotaResponse {
-                            available: true,
-                            reason: String::new(),
-                        }),
-                        ..Default::default()
-                    },
-                ))
-            }
-            Some(MessageType::RequestSlots) => {
-                let r: PbRequestSlots = decode(&tm)?;
-                Ok(TransportMessage::new(
-                    MessageType::RequestSlotsResponse,
-                    &self.request_slots(r),
-                ))
-            }
-            Some(MessageType::CheckQuota) => {
-                let r: PbCheckQuota = decode(&tm)?;
-                // The user's quota (`storage.apps.max_user_bytes`); the
-                // client fails (or falls back) on `available: false`.
-                let reply = match user_key(r.user_identifier.as_ref())
-                    .map_or(Ok(()), |user| store.check_user_quota(&user))
-                {
-                    Ok(()) => PbCheckQuotaResponse {
-                        available: true,
-                        reason: String::new(),
-                    },
-                    Err(e) => PbCheckQuotaResponse {
-                        available: false,
-                        reason: e.to_string(),
-                    },
-                };
-                Ok(TransportMessage::new(
-                    MessageType::CheckQuotaResponse,
-                    &reply,
-                ))
-            }
+            Some(MessageType::HeartbeatFromApplication) => Ok(self.heartbeat(decode(&tm)?)),
+            Some(MessageType::RequestSlots) => Ok(TransportMessage::new(
+                MessageType::RequestSlotsResponse,
+                &self.request_slots(decode(&tm)?),
+            )),
+            Some(MessageType::CheckQuota) => Ok(TransportMessage::new(
+                MessageType::CheckQuotaResponse,
+                &self.check_quota(decode(&tm)?),
+            )),
             Some(MessageType::CheckWorkersAvailable) => Ok(TransportMessage::new(
                 MessageType::CheckWorkersAvailableResponse,
                 &PbCheckWorkersAvailableResponse {
@@ -133,25 +62,21 @@ impl Endpoint for MasterEndpoint {
             )),
             Some(MessageType::UnregisterShuffle) => {
                 let r: PbUnregisterShuffle = decode(&tm)?;
-                self.fleet.shuffle_removed(&r.app_id, r.shuffle_id);
-                self.worker.remove_shuffle(&r.app_id, r.shuffle_id).await;
+                self.unregister_shuffle(&r.app_id, r.shuffle_id).await;
                 Ok(TransportMessage::new(
                     MessageType::UnregisterShuffleResponse,
-                    &PbUnregisterShuffleResponse {
-                        status: StatusCode::Success.as_i32(),
-                    },
+                    &PbUnregisterShuffleResponse { status: success },
                 ))
             }
             Some(MessageType::BatchUnregisterShuffles) => {
                 let r: PbBatchUnregisterShuffles = decode(&tm)?;
                 for &s in &r.shuffle_ids {
-                    self.fleet.shuffle_removed(&r.app_id, s);
-                    self.worker.remove_shuffle(&r.app_id, s).await;
+                    self.unregister_shuffle(&r.app_id, s).await;
                 }
                 Ok(TransportMessage::new(
                     MessageType::BatchUnregisterShuffleResponse,
                     &PbBatchUnregisterShuffleResponse {
-                        status: StatusCode::Success.as_i32(),
+                        status: success,
                         shuffle_ids: r.shuffle_ids,
                     },
                 ))
@@ -163,38 +88,119 @@ impl Endpoint for MasterEndpoint {
                 self.worker.remove_app(&r.app_id).await;
                 Ok(TransportMessage::new(
                     MessageType::ApplicationLostResponse,
-                    &PbApplicationLostResponse {
-                        status: StatusCode::Success.as_i32(),
-                    },
+                    &PbApplicationLostResponse { status: success },
                 ))
             }
-            Some(MessageType::ReviseLostShuffles) => {
-                // A 0.6+ driver (reviseLostShuffles.enabled) names the shuffles
-                // a heartbeat reply did not list.
-                let r: PbReviseLostShuffles = decode(&tm)?;
-                self.fleet.app_seen(&r.app_id);
-                for &s in &r.lost_shuffles {
-                    self.fleet.shuffle_registered(&r.app_id, s);
-                }
-                tracing::info!(app = %r.app_id, shuffles = ?r.lost_shuffles, "shuffles revised by their driver");
-                Ok(TransportMessage::new(
-                    MessageType::ReviseLostShufflesResponse,
-                    &PbReviseLostShufflesResponse {
-                        success: true,
-                        message: String::new(),
-                    },
-                ))
-            }
+            Some(MessageType::ReviseLostShuffles) => Ok(TransportMessage::new(
+                MessageType::ReviseLostShufflesResponse,
+                &self.revise_lost_shuffles(decode(&tm)?),
+            )),
             Some(MessageType::ReleaseSlots) => Ok(TransportMessage::new(
                 MessageType::ReleaseSlotsResponse,
-                &PbReleaseSlotsResponse {
-                    status: StatusCode::Success.as_i32(),
-                },
+                &PbReleaseSlotsResponse { status: success },
             )),
             _ => Err(CelebornError::Unsupported {
                 handler: "MasterEndpoint",
                 message_type: tm.message_type,
             }),
+        }
+    }
+}
+
+impl MasterEndpoint {
+    /// A 0.6.1+ LifecycleManager's first word: the application, its user,
+    /// and that its merged pushes can take per-partition split replies.
+    fn register_application_info(&self, r: PbRegisterApplicationInfo) {
+        self.worker.register_app(&r.app_id);
+        self.fleet.app_seen(&r.app_id);
+        if let Some(id) = &r.user_identifier {
+            self.fleet.app_info(
+                &r.app_id,
+                &id.tenant_id,
+                &id.name,
+                r.extra_info.clone().into_iter().collect(),
+            );
+        }
+        self.worker.split_info_apps.insert(r.app_id);
+    }
+
+    /// A driver's heartbeat keeps its application alive; when it asks for a
+    /// reply, it learns which workers are unknown or shutting down and which
+    /// of its shuffles the fleet knows.
+    fn heartbeat(&self, r: PbHeartbeatFromApplication) -> TransportMessage {
+        // Registers the app again if it expired; its old shuffles stay dead
+        // (storage's lifecycle), so nothing reads short.
+        self.worker.register_app(&r.app_id);
+        self.fleet.app_seen(&r.app_id);
+        if !r.should_response {
+            return TransportMessage::without_payload(MessageType::OneWayMessageResponse);
+        }
+        // Workers the client asks about that heartbeat no coordinator are
+        // unknown (lost ones included).
+        let unknown_workers = r
+            .need_checked_worker_list
+            .into_iter()
+            .filter(|w| {
+                !self.fleet.knows(&format!(
+                    "{}:{}:{}:{}:{}",
+                    w.host, w.rpc_port, w.push_port, w.fetch_port, w.replicate_port
+                ))
+            })
+            .collect();
+        let shutting_workers = self.fleet.shutting().iter().map(worker_info).collect();
+        TransportMessage::new(
+            MessageType::HeartbeatFromApplicationResponse,
+            &PbHeartbeatFromApplicationResponse {
+                status: StatusCode::Success.as_i32(),
+                unknown_workers,
+                shutting_workers,
+                // From every coordinator's book: a driver that moved here
+                // from another master finds its shuffles known.
+                registered_shuffles: self.fleet.registered_shuffles(&r.app_id),
+                check_quota_response: Some(PbCheckQuotaResponse {
+                    available: true,
+                    reason: String::new(),
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The user's quota (`storage.apps.max_user_bytes`); the client fails
+    /// (or falls back) on `available: false`.
+    fn check_quota(&self, r: PbCheckQuota) -> PbCheckQuotaResponse {
+        match user_key(r.user_identifier.as_ref())
+            .map_or(Ok(()), |user| self.worker.store.check_user_quota(&user))
+        {
+            Ok(()) => PbCheckQuotaResponse {
+                available: true,
+                reason: String::new(),
+            },
+            Err(e) => PbCheckQuotaResponse {
+                available: false,
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    /// A shuffle its driver is done with: the fleet forgets it, and this
+    /// node's worker removes its data.
+    async fn unregister_shuffle(&self, app: &str, shuffle_id: i32) {
+        self.fleet.shuffle_removed(app, shuffle_id);
+        self.worker.remove_shuffle(app, shuffle_id).await;
+    }
+
+    /// A 0.6+ driver (reviseLostShuffles.enabled) names the shuffles a
+    /// heartbeat reply did not list.
+    fn revise_lost_shuffles(&self, r: PbReviseLostShuffles) -> PbReviseLostShufflesResponse {
+        self.fleet.app_seen(&r.app_id);
+        for &s in &r.lost_shuffles {
+            self.fleet.shuffle_registered(&r.app_id, s);
+        }
+        tracing::info!(app = %r.app_id, shuffles = ?r.lost_shuffles, "shuffles revised by their driver");
+        PbReviseLostShufflesResponse {
+            success: true,
+            message: String::new(),
         }
     }
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
+use switchyard_ident::FrontEnd;
 use switchyard_storage::{
-    scoped_app, unscoped_app, AppId, AppListener, AppRemoved, Block, BlockMeta, PartitionIndex,
-    PartitionKey, StorageError, Store,
+    AppId, AppListener, AppRemoved, Block, BlockMeta, PartitionIndex, PartitionKey, StorageError,
+    Store,
 };
 
 use switchyard_frame::traffic::{self, Protocol, Request};
@@ -48,16 +49,13 @@ pub struct IncomingBlock {
     pub data: Bytes,
 }
 
-/// Uniffle's applications in the store, apart from every other front end's.
-pub const NAMESPACE: &str = "uniffle";
-
 /// Durable notes beside a shuffle: its registration, and one per report.
 const REGISTRATION_NOTE: &str = "registration";
 const REPORT_NOTE: &str = "report/";
 
 /// The store's id of a Uniffle application.
 pub fn stored(app: &str) -> AppId {
-    scoped_app(NAMESPACE, app)
+    FrontEnd::Uniffle.stored(app)
 }
 
 /// Failed background commits, logged at most this often (each is counted).
@@ -122,13 +120,13 @@ impl ShuffleServerCore {
     /// readers get the same getShuffleResult as before the restart.
     fn recover(&self) {
         for stored_id in self.store.app_ids() {
-            if let Some(app) = unscoped_app(NAMESPACE, &stored_id) {
+            if let Some(app) = FrontEnd::Uniffle.own_id(&stored_id) {
                 self.apps.entry(app.to_string()).or_default();
             }
         }
         let (mut shuffles, mut reports, mut damaged) = (0, 0, 0);
-        for note in self.store.take_recovered_notes(NAMESPACE) {
-            let Some(app) = unscoped_app(NAMESPACE, &note.app) else {
+        for note in self.store.take_recovered_notes(FrontEnd::Uniffle) {
+            let Some(app) = FrontEnd::Uniffle.own_id(&note.app) else {
                 continue;
             };
             let state = self.apps.entry(app.to_string()).or_default().clone();
@@ -561,7 +559,7 @@ impl ShuffleServerCore {
 
 impl AppListener for ShuffleServerCore {
     fn app_removed(&self, event: &AppRemoved) {
-        let Some(app) = unscoped_app(NAMESPACE, &event.app) else {
+        let Some(app) = FrontEnd::Uniffle.own_id(&event.app) else {
             return;
         };
         tracing::debug!(

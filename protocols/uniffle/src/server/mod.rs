@@ -9,4 +9,4 @@ pub mod netty;
 mod tickets;
 mod wire;
 
-pub use self::core::{stored as stored_app, MemoryData, ShuffleServerCore, NAMESPACE};
+pub use self::core::{stored as stored_app, MemoryData, ShuffleServerCore};

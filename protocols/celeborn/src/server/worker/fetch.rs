@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use switchyard_frame::traffic::{self, Protocol, Request};
-use switchyard_storage::unscoped_app;
+use switchyard_ident::FrontEnd;
 
 use super::credit::{self, CreditStream, CREDIT_BATCH_BYTES};
-use super::state::{parse_unique_id, split_shuffle_key, Location, WorkerState};
+use super::state::{parse_unique_id, Location, WorkerState};
 use crate::auth;
 use crate::frame::{Message, StreamChunkSlice};
 use crate::proto::*;
@@ -17,6 +17,7 @@ use crate::server::conn::{Handler, Replier};
 use crate::server::error::CelebornError;
 use crate::status::StatusCode;
 use crate::transport_message::{DataPlaneBody, TransportMessage};
+use crate::ShuffleKey;
 
 pub struct FetchPort {
     state: Arc<WorkerState>,
@@ -158,8 +159,8 @@ impl FetchPort {
         end: i32,
         with_offsets: bool,
     ) -> Result<PbStreamHandler, CelebornError> {
-        let (app, shuffle) =
-            split_shuffle_key(shuffle_key).ok_or_else(|| CelebornError::BadName {
+        let ShuffleKey { app, shuffle_id } =
+            ShuffleKey::parse(shuffle_key).ok_or_else(|| CelebornError::BadName {
                 what: "shuffle key",
                 value: shuffle_key.to_string(),
             })?;
@@ -167,9 +168,10 @@ impl FetchPort {
             .rsplit_once('-')
             .ok_or_else(|| bad_file(file_name))?;
         let (id, epoch) = parse_unique_id(uid).ok_or_else(|| bad_file(file_name))?;
-        let key = switchyard_storage::PartitionKey::new(super::state::stored_app(app), shuffle, id)
-            .with_epoch(epoch)
-            .with_replica(mode == "1");
+        let key =
+            switchyard_storage::PartitionKey::new(super::state::stored_app(app), shuffle_id, id)
+                .with_epoch(epoch)
+                .with_replica(mode == "1");
         // Celeborn's rule: a bounded, ordered range reads only those maps, in
         // map order; [0, MAX) or an inverted range reads the file as written.
         let maps =
@@ -223,7 +225,7 @@ impl FetchPort {
                 .ok_or(CelebornError::UnknownStream(slice.stream_id))?;
             // Streams are not bound to a connection (a reader reconnects and
             // fetches on), but to their application.
-            if let Some(app) = unscoped_app(super::state::NAMESPACE, &stream.view.key().app) {
+            if let Some(app) = FrontEnd::Celeborn.own_id(&stream.view.key().app) {
                 auth::check_app(replier.session(), app)?;
             }
             stream.touch();

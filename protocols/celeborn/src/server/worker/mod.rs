@@ -15,4 +15,4 @@ mod state;
 pub use fetch::FetchPort;
 pub use push::PushPort;
 pub use rpc::WorkerEndpoint;
-pub use state::{stored_app, WorkerAddr, WorkerState, NAMESPACE};
+pub use state::{stored_app, WorkerAddr, WorkerState};

@@ -22,7 +22,7 @@ use crate::auth;
 use switchyard_storage::{Block, BlockMeta};
 
 use super::state::{Location, ShuffleState, WorkerState};
-use crate::frame::{Message, Mode, PushData};
+use crate::frame::{Message, Mode, PushData, PushMergedData};
 use crate::modes::SplitMode;
 use crate::proto::{MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart};
 use crate::server::conn::{Handler, Replier};
@@ -298,190 +298,226 @@ impl Handler<Message> for PushPort {
             return;
         }
         match message {
-            Message::PushData(p) => {
-                if let Err(e) = auth::check_shuffle_key(replier.session(), &p.shuffle_key) {
-                    let request = Request::start(Protocol::Celeborn, "push_data");
-                    self.send(&replier, p.request_id, Err(e), request).await;
-                    return;
-                }
-                let replica = p.mode == Mode::Replica;
-                let shuffle = self.state.shuffle(&p.shuffle_key);
-                if let Some(map_shuffle) = shuffle.as_ref().filter(|s| s.is_map()) {
-                    let request = Request::start(Protocol::Flink, "push_data");
-                    let request_id = p.request_id;
-                    let reply = self.push_map(map_shuffle, p).await.map(|()| Vec::new());
-                    self.send_map(&replier, request_id, reply, request).await;
-                    return;
-                }
-                let request = Request::start(Protocol::Celeborn, "push_data");
-                self.state.push_arrived();
-                let verdict = judge(
-                    &self.state,
-                    &p.shuffle_key,
-                    shuffle.as_ref(),
-                    &p.partition_unique_id,
-                    replica,
-                    &p.body,
-                );
-                let reply = match verdict {
-                    Verdict::Write(loc, soft) => {
-                        let local = self.append(&loc, p.body.clone());
-                        // A primary with a peer answers once both copies are held.
-                        let written = match (!replica).then(|| loc.peer.read().clone()).flatten() {
-                            Some(peer) => {
-                                let (local, remote) =
-                                    tokio::join!(local, self.state.replicator.push(&peer, &p));
-                                local.and(remote)
-                            }
-                            None => local.await,
-                        };
-                        match written {
-                            Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
-                            Ok(()) => Ok(Vec::new()),
-                            Err(e) if e.is_split() => Ok(vec![StatusCode::HardSplit.value()]),
-                            Err(e) => Err(e),
-                        }
-                    }
-                    Verdict::Reply(code) => Ok(vec![code.value()]),
-                    Verdict::Fail(e) => Err(e),
-                };
-                self.send(&replier, p.request_id, reply, request).await;
-            }
-            Message::PushMergedData(p) => {
-                // A malformed push returns before a reply marks it ok: an error.
-                let request = Request::start(Protocol::Celeborn, "push_merged_data");
-                if let Err(e) = auth::check_shuffle_key(replier.session(), &p.shuffle_key) {
-                    self.send(&replier, p.request_id, Err(e), request).await;
-                    return;
-                }
-                let replica = p.mode == Mode::Replica;
-                let batches = match p.batches() {
-                    Ok(b) if b.len() == p.partition_unique_ids.len() => b,
-                    _ => {
-                        let e = CelebornError::BadBatch("offsets");
-                        e.count(self.port);
-                        replier
-                            .send(Message::RpcFailure {
-                                request_id: p.request_id,
-                                error: e.client_text(),
-                            })
-                            .await;
-                        return;
-                    }
-                };
-                self.state.push_arrived();
-                let shuffle = self.state.shuffle(&p.shuffle_key);
-                let mut verdicts: Vec<Verdict> = p
-                    .partition_unique_ids
-                    .iter()
-                    .zip(&batches)
-                    .map(|(uid, b)| {
-                        judge(
-                            &self.state,
-                            &p.shuffle_key,
-                            shuffle.as_ref(),
-                            uid,
-                            replica,
-                            b,
-                        )
-                    })
-                    .collect();
-                let split_info = shuffle
-                    .as_ref()
-                    .is_some_and(|s| self.state.split_info_apps.contains(&s.app));
-                let failed = verdicts.iter().position(|v| matches!(v, Verdict::Fail(_)));
-                // The replica's worker, when these locations have one (a merged
-                // push goes to one primary worker and one replica worker).
-                let peer = if replica || failed.is_some() {
-                    None
-                } else {
-                    verdicts.iter().find_map(|v| match v {
-                        Verdict::Write(loc, _) => loc.peer.read().clone(),
-                        _ => None,
-                    })
-                };
-                let local = async {
-                    if let Some(i) = failed {
-                        match verdicts.swap_remove(i) {
-                            Verdict::Fail(e) => Err(e),
-                            _ => unreachable!("position() found a Fail"),
-                        }
-                    } else if verdicts
-                        .iter()
-                        .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
-                    {
-                        Ok(vec![StatusCode::MapEnded.value()])
-                    } else if split_info {
-                        self.merged_with_split_info(verdicts, batches).await
-                    } else if verdicts
-                        .iter()
-                        .any(|v| !matches!(v, Verdict::Write(_, false)))
-                    {
-                        // 0.5 clients read only a bare HARD_SPLIT, which sends
-                        // every batch of the push to revive: write none of them.
-                        Ok(vec![StatusCode::HardSplit.value()])
-                    } else {
-                        let mut result = Ok(vec![StatusCode::Success.value()]);
-                        for (v, batch) in verdicts.into_iter().zip(batches) {
-                            if let Verdict::Write(loc, _) = v {
-                                if let Err(e) = self.append(&loc, batch).await {
-                                    result = match e {
-                                        CelebornError::Sealed(_) => {
-                                            Ok(vec![StatusCode::HardSplit.value()])
-                                        }
-                                        e => Err(e),
-                                    };
-                                    break;
-                                }
-                            }
-                        }
-                        result
-                    }
-                };
-                let reply = match peer {
-                    Some(peer) => {
-                        let (local, remote) =
-                            tokio::join!(local, self.state.replicator.push_merged(&peer, &p));
-                        match (local, remote) {
-                            // The replica refused (split or stopping): every
-                            // batch revives; those the primary wrote are read
-                            // once (readers skip repeated batch ids).
-                            (Ok(_), Err(e)) if e.is_split() => Ok(if split_info {
-                                let all: Vec<(i32, StatusCode)> = (0..p.partition_unique_ids.len())
-                                    .map(|i| (i as i32, StatusCode::HardSplit))
-                                    .collect();
-                                merged_split_reply(&all)
-                            } else {
-                                vec![StatusCode::HardSplit.value()]
-                            }),
-                            (Ok(_), Err(e)) => Err(e),
-                            (local, _) => local,
-                        }
-                    }
-                    None => local.await,
-                };
-                self.send(&replier, p.request_id, reply, request).await;
-            }
+            Message::PushData(p) => self.push_data(p, &replier).await,
+            Message::PushMergedData(p) => self.push_merged_data(p, &replier).await,
             Message::RpcRequest { request_id, body } => {
-                let reply = match DataPlaneBody::decode(body) {
-                    Ok(DataPlaneBody::Transport(tm)) => {
-                        replier.label(tm.name());
-                        MapRequest::from_transport(&tm)
-                    }
-                    Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
-                    Err(e) => Err(CelebornError::Undecodable(e.to_string())),
-                }
-                .and_then(|r| {
-                    auth::check_shuffle_key(replier.session(), &r.shuffle_key)?;
-                    self.map_control(r)
-                });
-                let request = Request::start(Protocol::Flink, "push_control");
-                self.send_map(&replier, request_id, reply, request).await;
+                self.map_rpc(request_id, body, &replier).await
             }
             other => {
                 tracing::warn!(port = self.port, kind = ?other.message_type(), "unexpected frame on the push port");
             }
         }
+    }
+}
+
+impl PushPort {
+    /// One PushData: a Spark batch, or a Flink record of a map partition.
+    async fn push_data(&self, p: PushData, replier: &Replier) {
+        if let Err(e) = auth::check_shuffle_key(replier.session(), &p.shuffle_key) {
+            let request = Request::start(Protocol::Celeborn, "push_data");
+            self.send(replier, p.request_id, Err(e), request).await;
+            return;
+        }
+        let replica = p.mode == Mode::Replica;
+        let shuffle = self.state.shuffle(&p.shuffle_key);
+        if let Some(map_shuffle) = shuffle.as_ref().filter(|s| s.is_map()) {
+            let request = Request::start(Protocol::Flink, "push_data");
+            let request_id = p.request_id;
+            let reply = self.push_map(map_shuffle, p).await.map(|()| Vec::new());
+            self.send_map(replier, request_id, reply, request).await;
+            return;
+        }
+        let request = Request::start(Protocol::Celeborn, "push_data");
+        self.state.push_arrived();
+        let verdict = judge(
+            &self.state,
+            &p.shuffle_key,
+            shuffle.as_ref(),
+            &p.partition_unique_id,
+            replica,
+            &p.body,
+        );
+        let reply = match verdict {
+            Verdict::Write(loc, soft) => self.write_batch(&loc, soft, &p).await,
+            Verdict::Reply(code) => Ok(vec![code.value()]),
+            Verdict::Fail(e) => Err(e),
+        };
+        self.send(replier, p.request_id, reply, request).await;
+    }
+
+    /// Writes a Spark batch the verdict let through; a primary with a peer
+    /// answers once both copies are held.
+    async fn write_batch(
+        &self,
+        loc: &Location,
+        soft: bool,
+        p: &PushData,
+    ) -> Result<Vec<u8>, CelebornError> {
+        let replica = p.mode == Mode::Replica;
+        let local = self.append(loc, p.body.clone());
+        let written = match (!replica).then(|| loc.peer.read().clone()).flatten() {
+            Some(peer) => {
+                let (local, remote) = tokio::join!(local, self.state.replicator.push(&peer, p));
+                local.and(remote)
+            }
+            None => local.await,
+        };
+        match written {
+            Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
+            Ok(()) => Ok(Vec::new()),
+            Err(e) if e.is_split() => Ok(vec![StatusCode::HardSplit.value()]),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One PushMergedData: batches of several partitions of a shuffle, for
+    /// one worker (and its replica worker).
+    async fn push_merged_data(&self, p: PushMergedData, replier: &Replier) {
+        // A malformed push returns before a reply marks it ok: an error.
+        let request = Request::start(Protocol::Celeborn, "push_merged_data");
+        if let Err(e) = auth::check_shuffle_key(replier.session(), &p.shuffle_key) {
+            self.send(replier, p.request_id, Err(e), request).await;
+            return;
+        }
+        let batches = match p.batches() {
+            Ok(b) if b.len() == p.partition_unique_ids.len() => b,
+            _ => {
+                let e = CelebornError::BadBatch("offsets");
+                e.count(self.port);
+                replier
+                    .send(Message::RpcFailure {
+                        request_id: p.request_id,
+                        error: e.client_text(),
+                    })
+                    .await;
+                return;
+            }
+        };
+        self.state.push_arrived();
+        let replica = p.mode == Mode::Replica;
+        let shuffle = self.state.shuffle(&p.shuffle_key);
+        let verdicts: Vec<Verdict> = p
+            .partition_unique_ids
+            .iter()
+            .zip(&batches)
+            .map(|(uid, b)| {
+                judge(
+                    &self.state,
+                    &p.shuffle_key,
+                    shuffle.as_ref(),
+                    uid,
+                    replica,
+                    b,
+                )
+            })
+            .collect();
+        let split_info = shuffle
+            .as_ref()
+            .is_some_and(|s| self.state.split_info_apps.contains(&s.app));
+        let reply = self.write_merged(&p, verdicts, batches, split_info).await;
+        self.send(replier, p.request_id, reply, request).await;
+    }
+
+    /// Writes a merged push here and, when its locations have a replica, on
+    /// the replica's worker (a merged push goes to one primary worker and
+    /// one replica worker).
+    async fn write_merged(
+        &self,
+        p: &PushMergedData,
+        verdicts: Vec<Verdict>,
+        batches: Vec<Bytes>,
+        split_info: bool,
+    ) -> Result<Vec<u8>, CelebornError> {
+        let failed = verdicts.iter().any(|v| matches!(v, Verdict::Fail(_)));
+        let peer = if p.mode == Mode::Replica || failed {
+            None
+        } else {
+            verdicts.iter().find_map(|v| match v {
+                Verdict::Write(loc, _) => loc.peer.read().clone(),
+                _ => None,
+            })
+        };
+        let local = self.write_merged_here(verdicts, batches, split_info);
+        let Some(peer) = peer else {
+            return local.await;
+        };
+        let (local, remote) = tokio::join!(local, self.state.replicator.push_merged(&peer, p));
+        match (local, remote) {
+            // The replica refused (split or stopping): every batch revives;
+            // those the primary wrote are read once (readers skip repeated
+            // batch ids).
+            (Ok(_), Err(e)) if e.is_split() => Ok(if split_info {
+                let all: Vec<(i32, StatusCode)> = (0..p.partition_unique_ids.len())
+                    .map(|i| (i as i32, StatusCode::HardSplit))
+                    .collect();
+                merged_split_reply(&all)
+            } else {
+                vec![StatusCode::HardSplit.value()]
+            }),
+            (Ok(_), Err(e)) => Err(e),
+            (local, _) => local,
+        }
+    }
+
+    /// The local copy of a merged push, and the reply it earns.
+    async fn write_merged_here(
+        &self,
+        mut verdicts: Vec<Verdict>,
+        batches: Vec<Bytes>,
+        split_info: bool,
+    ) -> Result<Vec<u8>, CelebornError> {
+        if let Some(i) = verdicts.iter().position(|v| matches!(v, Verdict::Fail(_))) {
+            return match verdicts.swap_remove(i) {
+                Verdict::Fail(e) => Err(e),
+                _ => unreachable!("position() found a Fail"),
+            };
+        }
+        if verdicts
+            .iter()
+            .all(|v| matches!(v, Verdict::Reply(StatusCode::MapEnded)))
+        {
+            return Ok(vec![StatusCode::MapEnded.value()]);
+        }
+        if split_info {
+            return self.merged_with_split_info(verdicts, batches).await;
+        }
+        if verdicts
+            .iter()
+            .any(|v| !matches!(v, Verdict::Write(_, false)))
+        {
+            // 0.5 clients read only a bare HARD_SPLIT, which sends every
+            // batch of the push to revive: write none of them.
+            return Ok(vec![StatusCode::HardSplit.value()]);
+        }
+        for (v, batch) in verdicts.into_iter().zip(batches) {
+            if let Verdict::Write(loc, _) = v {
+                if let Err(e) = self.append(&loc, batch).await {
+                    return match e {
+                        CelebornError::Sealed(_) => Ok(vec![StatusCode::HardSplit.value()]),
+                        e => Err(e),
+                    };
+                }
+            }
+        }
+        Ok(vec![StatusCode::Success.value()])
+    }
+
+    /// A map partition's control RPC (handshake, region start or finish).
+    async fn map_rpc(&self, request_id: i64, body: Bytes, replier: &Replier) {
+        let reply = match DataPlaneBody::decode(body) {
+            Ok(DataPlaneBody::Transport(tm)) => {
+                replier.label(tm.name());
+                MapRequest::from_transport(&tm)
+            }
+            Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
+            Err(e) => Err(CelebornError::Undecodable(e.to_string())),
+        }
+        .and_then(|r| {
+            auth::check_shuffle_key(replier.session(), &r.shuffle_key)?;
+            self.map_control(r)
+        });
+        let request = Request::start(Protocol::Flink, "push_control");
+        self.send_map(replier, request_id, reply, request).await;
     }
 }
 

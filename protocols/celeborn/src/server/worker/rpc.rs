@@ -12,6 +12,7 @@ use crate::server::error::CelebornError;
 use crate::server::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use crate::status::StatusCode;
 use crate::transport_message::TransportMessage;
+use crate::ShuffleKey;
 
 pub struct WorkerEndpoint {
     state: Arc<WorkerState>,
@@ -207,7 +208,7 @@ impl WorkerEndpoint {
                 CelebornError::from(e).client_text(),
             );
         }
-        let key = format!("{}-{}", r.application_id, r.shuffle_id);
+        let key = ShuffleKey::new(&r.application_id, r.shuffle_id).to_string();
         let Some(shuffle) = self.state.shuffle_or_create(&key) else {
             return fail(
                 StatusCode::ReserveSlotsFailed,
@@ -236,7 +237,7 @@ impl WorkerEndpoint {
     }
 
     async fn commit(&self, r: PbCommitFiles) -> PbCommitFilesResponse {
-        let key = format!("{}-{}", r.application_id, r.shuffle_id);
+        let key = ShuffleKey::new(&r.application_id, r.shuffle_id).to_string();
         let Some(shuffle) = self.state.shuffle(&key) else {
             return PbCommitFilesResponse {
                 status: StatusCode::ShuffleUnregistered.as_i32(),
@@ -281,7 +282,7 @@ impl WorkerEndpoint {
                 // An id this worker never reserved is neither committed nor
                 // failed, as in Celeborn.
                 let Some(loc) = shuffle.location(uid, replica) else {
-                    tracing::warn!(shuffle = %format!("{}-{}", shuffle.app, shuffle.shuffle_id), uid, "commit of an unknown location");
+                    tracing::warn!(shuffle = %shuffle.key(), uid, "commit of an unknown location");
                     continue;
                 };
                 loc.committed.store(true, Ordering::Release);
@@ -350,7 +351,7 @@ impl WorkerEndpoint {
         }
         .as_i32();
         tracing::info!(
-            shuffle = %format!("{}-{}", shuffle.app, shuffle.shuffle_id),
+            shuffle = %shuffle.key(),
             epoch = r.epoch,
             committed = reply.committed_primary_ids.len() + reply.committed_replica_ids.len(),
             bytes = reply.total_written,

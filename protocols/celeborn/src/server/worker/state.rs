@@ -8,15 +8,15 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
-use switchyard_storage::{
-    scoped_app, unscoped_app, AppId, AppListener, AppRemoved, PartitionKey, PartitionView, Store,
-};
+use switchyard_ident::{FrontEnd, Protocol};
+use switchyard_storage::{AppId, AppListener, AppRemoved, PartitionKey, PartitionView, Store};
 
 use super::credit::CreditStream;
 use super::map_partition::MapPartition;
 use crate::config::CelebornConfig;
 use crate::modes::{PartitionType, SplitMode};
 use crate::proto::PbCommitFilesResponse;
+use crate::ShuffleKey;
 
 /// The five-part identity the Master hands to clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,21 +38,9 @@ impl WorkerAddr {
     }
 }
 
-/// Celeborn's applications in the store, apart from every other front end's.
-pub const NAMESPACE: &str = "celeborn";
-
 /// The store's id of a Celeborn application.
 pub fn stored_app(app: &str) -> AppId {
-    scoped_app(NAMESPACE, app)
-}
-
-/// Splits a shuffle key `"<appUniqueId>-<shuffleId>"` on its last `-`.
-pub fn split_shuffle_key(key: &str) -> Option<(&str, i32)> {
-    let (app, shuffle) = key.rsplit_once('-')?;
-    if app.is_empty() {
-        return None;
-    }
-    Some((app, shuffle.parse().ok()?))
+    FrontEnd::Celeborn.stored(app)
 }
 
 /// Prefix of the store note that keeps a location live at a graceful stop:
@@ -172,6 +160,11 @@ pub struct ShuffleState {
 }
 
 impl ShuffleState {
+    /// This shuffle's key, as clients name it.
+    pub(crate) fn key(&self) -> ShuffleKey<'_> {
+        ShuffleKey::new(&self.app, self.shuffle_id)
+    }
+
     pub(crate) fn location(&self, uid: &str, replica: bool) -> Option<Arc<Location>> {
         self.locations
             .get(&(uid.to_string(), replica))
@@ -250,34 +243,35 @@ impl Stream {
 }
 
 pub struct WorkerState {
-    pub store: Arc<Store>,
-    pub config: CelebornConfig,
-    pub addr: WorkerAddr,
-    pub shuffles: DashMap<String, Arc<ShuffleState>>,
-    pub streams: DashMap<i64, Arc<Stream>>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) config: CelebornConfig,
+    pub(crate) addr: WorkerAddr,
+    pub(crate) shuffles: DashMap<String, Arc<ShuffleState>>,
+    pub(crate) streams: DashMap<i64, Arc<Stream>>,
     /// Credit-based streams over map partitions (Flink readers).
-    pub credit_streams: DashMap<i64, Arc<CreditStream>>,
+    pub(crate) credit_streams: DashMap<i64, Arc<CreditStream>>,
     /// Applications whose LifecycleManager sent REGISTER_APPLICATION_INFO,
     /// so are 0.6.1 or newer: their merged pushes get per-partition split
     /// replies, which 0.5 clients cannot read.
-    pub split_info_apps: dashmap::DashSet<String>,
+    pub(crate) split_info_apps: dashmap::DashSet<String>,
     /// Applications' secrets, registered on the master port (with
     /// `auth_enabled`); the node's master and worker ports share them.
-    pub secrets: Arc<crate::auth::Secrets>,
+    pub(crate) secrets: Arc<crate::auth::Secrets>,
     /// Set while the node decommissions: a master alone places nothing new
-    /// on it (existing locations keep working).
+    /// on it (existing locations keep working). Public: the node's
+    /// decommission sets it.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// Set at a graceful stop ([`WorkerState::drain`]): primaries answer
     /// every push HARD_SPLIT (not written; the client moves the partition
     /// to another worker without counting this one failed) and ReserveSlots
     /// WORKER_SHUTDOWN, so that no client is pushing here when the ports
     /// close.
-    pub stopping: AtomicBool,
+    pub(crate) stopping: AtomicBool,
     /// When the last push arrived, in ms since `started` (drain's clock).
     last_push_ms: AtomicU64,
     started: std::time::Instant,
     /// Connections to the workers that hold this worker's replicas.
-    pub replicator: super::replicate::Replicator,
+    pub(crate) replicator: super::replicate::Replicator,
 }
 
 impl WorkerState {
@@ -345,8 +339,8 @@ impl WorkerState {
     /// store by partition key.
     fn recover(&self) {
         let (mut recovered, mut live_locations, mut damaged) = (0u64, 0u64, 0u64);
-        for note in self.store.take_recovered_notes(NAMESPACE) {
-            let Some(app) = unscoped_app(NAMESPACE, &note.app) else {
+        for note in self.store.take_recovered_notes(FrontEnd::Celeborn) {
+            let Some(app) = FrontEnd::Celeborn.own_id(&note.app) else {
                 continue;
             };
             let ok = if let Some(rest) = note.name.strip_prefix(LIVE_NOTE) {
@@ -388,7 +382,8 @@ impl WorkerState {
         else {
             return false;
         };
-        let Some(shuffle) = self.shuffle_or_create(&format!("{app}-{shuffle_id}")) else {
+        let Some(shuffle) = self.shuffle_or_create(&ShuffleKey::new(app, shuffle_id).to_string())
+        else {
             return false;
         };
         shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
@@ -409,7 +404,8 @@ impl WorkerState {
         else {
             return false;
         };
-        let Some(shuffle) = self.shuffle_or_create(&format!("{app}-{shuffle_id}")) else {
+        let Some(shuffle) = self.shuffle_or_create(&ShuffleKey::new(app, shuffle_id).to_string())
+        else {
             return false;
         };
         shuffle.set_modes(live.split_mode, shuffle.partition_type());
@@ -481,9 +477,9 @@ impl WorkerState {
     /// (map partitions) or Spark (reduce partitions), and whether it is 0.6.1
     /// or later (it sent RegisterApplicationInfo) or older.
     pub(crate) fn describe_client(&self, app: &str, partition_type: PartitionType) {
-        let kind = match partition_type {
-            PartitionType::Map => "flink",
-            _ => "spark",
+        let protocol = match partition_type {
+            PartitionType::Map => Protocol::Flink,
+            _ => Protocol::Celeborn,
         };
         let version = if self.split_info_apps.contains(app) {
             "0.6.1+"
@@ -491,7 +487,22 @@ impl WorkerState {
             "0.5.x-0.6.0"
         };
         self.store
-            .set_app_client(&stored_app(app), &format!("{kind} client {version}"));
+            .set_app_client(&stored_app(app), &protocol.client_description(version));
+    }
+
+    /// The address this worker is reached at, as the master hands it out.
+    pub fn addr(&self) -> &WorkerAddr {
+        &self.addr
+    }
+
+    /// How many chunk streams (Spark readers) are open.
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The ids of the open credit streams (Flink readers).
+    pub fn credit_stream_ids(&self) -> Vec<i64> {
+        self.credit_streams.iter().map(|s| *s.key()).collect()
     }
 
     /// The secrets connections authenticate against, when authentication is on.
@@ -499,12 +510,19 @@ impl WorkerState {
         self.config.auth_enabled.then_some(&*self.secrets)
     }
 
+    /// Whether this worker holds shuffle `shuffle_id` of `app` (slots were
+    /// reserved here and it was not removed since).
+    pub fn has_shuffle(&self, app: &str, shuffle_id: i32) -> bool {
+        self.shuffles
+            .contains_key(&ShuffleKey::new(app, shuffle_id).to_string())
+    }
+
     pub(crate) fn shuffle(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
         self.shuffles.get(shuffle_key).map(|s| s.clone())
     }
 
     pub(crate) fn shuffle_or_create(&self, shuffle_key: &str) -> Option<Arc<ShuffleState>> {
-        let (app, shuffle_id) = split_shuffle_key(shuffle_key)?;
+        let ShuffleKey { app, shuffle_id } = ShuffleKey::parse(shuffle_key)?;
         Some(
             self.shuffles
                 .entry(shuffle_key.to_string())
@@ -592,7 +610,8 @@ impl WorkerState {
 
     /// Forgets a shuffle and removes its data.
     pub async fn remove_shuffle(&self, app: &str, shuffle_id: i32) {
-        self.shuffles.remove(&format!("{app}-{shuffle_id}"));
+        self.shuffles
+            .remove(&ShuffleKey::new(app, shuffle_id).to_string());
         let stored = stored_app(app);
         self.streams
             .retain(|_, v| !(v.view.key().app == stored && v.view.key().shuffle == shuffle_id));
@@ -626,7 +645,7 @@ impl WorkerState {
 
 impl AppListener for WorkerState {
     fn app_removed(&self, event: &AppRemoved) {
-        let Some(app) = unscoped_app(NAMESPACE, &event.app) else {
+        let Some(app) = FrontEnd::Celeborn.own_id(&event.app) else {
             return;
         };
         tracing::debug!(
@@ -643,12 +662,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shuffle_keys_split_on_the_last_dash() {
-        assert_eq!(split_shuffle_key("local-1700-0"), Some(("local-1700", 0)));
-        assert_eq!(split_shuffle_key("app-1-12"), Some(("app-1", 12)));
-        assert_eq!(split_shuffle_key("nodash"), None);
-        assert_eq!(split_shuffle_key("-3"), None);
-        assert_eq!(split_shuffle_key("app-x"), None);
+    fn unique_ids_are_id_dash_epoch() {
         assert_eq!(parse_unique_id("7-2"), Some((7, 2)));
         assert_eq!(parse_unique_id("7"), None);
     }
