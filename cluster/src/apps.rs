@@ -339,7 +339,10 @@ mod tests {
 
     #[test]
     fn alive_removed_and_lost() {
-        let book = AppBook::new(Duration::from_millis(300));
+        // A timeout of 1 s (and a retention of 500 ms below): the checks
+        // between two steps of time must run within them even on a loaded
+        // machine; the sleep outlasts both.
+        let book = AppBook::new(Duration::from_secs(1));
         book.seen("a");
         book.seen("b");
         book.shuffle_removed("a", 3);
@@ -357,7 +360,7 @@ mod tests {
         // Unknown to this coordinator is not a reason to delete anything.
         assert_eq!(book.alive_count(), 1);
 
-        std::thread::sleep(Duration::from_millis(350));
+        std::thread::sleep(Duration::from_millis(1_050));
         let news = book.news_for(&s(&["a"]));
         assert!(news.alive.is_empty(), "silent past the timeout");
         assert_eq!(news.removed_shuffles.len(), 1, "tombstones stay");
@@ -365,7 +368,7 @@ mod tests {
         // Seen again after ApplicationLost: alive again.
         book.seen("b");
         assert_eq!(book.news_for(&s(&["b"])).alive, ["b"]);
-        book.prune(Duration::from_millis(100));
+        book.prune(Duration::from_millis(500));
         assert_eq!(book.len(), 1, "only b, seen just now, is kept");
     }
 

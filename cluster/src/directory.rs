@@ -155,7 +155,9 @@ mod tests {
 
     #[test]
     fn silent_workers_leave_placement_and_show_as_lost() {
-        let d = Directory::new(Duration::from_millis(200));
+        // A timeout of 1 s: the first checks must run before it passes even
+        // on a loaded machine; the sleep below outlasts it.
+        let d = Directory::new(Duration::from_secs(1));
         d.record(beat("b", WorkerState::Active, true));
         d.record(beat("a", WorkerState::Active, true));
         d.record(beat("c", WorkerState::Decommissioning, true));
@@ -164,7 +166,7 @@ mod tests {
         assert_eq!(ids(d.live()), ["a", "b", "c", "d"]);
         assert_eq!(ids(d.placeable()), ["a", "b"]);
         assert_eq!(ids(d.decommissioning()), ["c"]);
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(1_050));
         d.record(beat("a", WorkerState::Active, true));
         assert_eq!(ids(d.placeable()), ["a"]);
         let views = d.views();

@@ -120,7 +120,7 @@ fn ctl_apps_and_migration_show_protocols_clients_and_bytes() {
     );
 
     // The hourly figures come from a sampler that runs every 5 s.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + common::PATIENCE;
     let report = loop {
         let out = switchyard(&["ctl", "migration", "--json", "--admin", &admin]);
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -106,7 +106,7 @@ fn serve_with_defaults_then_sigterm() {
 
     // The store's own metrics reach the exporter (some may appear only once
     // a background task has run, so poll).
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + common::PATIENCE;
     loop {
         let (code, body) = get(addr, "/metrics").unwrap();
         assert_eq!(code, 200);
@@ -280,7 +280,7 @@ fn numa_placement_is_harmless_on_a_single_node_host() {
     let started = Instant::now();
     while get(addr, "/readyz").map(|r| r.0).ok() != Some(200) {
         assert!(
-            started.elapsed() < Duration::from_secs(30),
+            started.elapsed() < common::cluster::READY_TIMEOUT,
             "not ready: {}",
             server.log()
         );

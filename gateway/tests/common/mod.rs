@@ -7,7 +7,26 @@ pub mod cluster;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long a test waits for a state a node reaches in its own time (a
+/// heartbeat, a removal, a sampler's tick) before it fails: far beyond what
+/// it needs, since CI machines may be several times slower than a
+/// developer's.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls `check` every 100 ms until it holds; panics naming `what` if it
+/// still does not after [`PATIENCE`].
+pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "timed out after {PATIENCE:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 /// The test must not pick up a developer's own overrides.
 pub fn clear_switchyard_env(cmd: &mut Command) {

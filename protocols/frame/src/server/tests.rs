@@ -19,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 use super::{serve, ConnectionLimits, Handler, Replier, TransportBudget};
 use crate::{FieldReader, FrameCodec, FrameMessage, WireError};
 
+#[path = "../../tests/support/eventually.rs"]
+mod wait;
+use wait::{eventually, PATIENCE};
+
 const REQUEST: u8 = 1;
 const REPLY: u8 = 2;
 const HEARTBEAT: u8 = 3;
@@ -385,9 +389,9 @@ impl Client {
 
     /// The id of the next reply; None if the connection closed first.
     async fn reply(&mut self) -> Option<u32> {
-        let next = tokio::time::timeout(Duration::from_secs(10), self.replies.next())
+        let next = tokio::time::timeout(PATIENCE, self.replies.next())
             .await
-            .expect("no reply within 10 s");
+            .expect("no reply within PATIENCE");
         match next {
             Some(Ok(Msg::Reply { id })) | Some(Ok(Msg::Data { id, .. })) => Some(id),
             Some(Ok(Msg::Arrays { .. })) => panic!("arrays are not a reply"),
@@ -405,9 +409,10 @@ impl Client {
         self.reply().await == Some(id)
     }
 
-    /// Whether the server closes the connection within 5 s (end of stream or reset).
+    /// Whether the server closes the connection within [`PATIENCE`] (end of
+    /// stream or reset).
     async fn closed(&mut self) -> bool {
-        match tokio::time::timeout(Duration::from_secs(5), self.replies.next()).await {
+        match tokio::time::timeout(PATIENCE, self.replies.next()).await {
             Err(_) => false,
             Ok(None) | Ok(Some(Err(_))) => true,
             Ok(Some(Ok(m))) => panic!("a frame on a connection expected to close: {m:?}"),
@@ -427,27 +432,20 @@ fn encoded(messages: &[Msg]) -> BytesMut {
     buf
 }
 
-/// Whether a new connection gets served within about 5 s (a place may take a
-/// moment to come back after a connection closes).
+/// Whether a new connection gets served within [`PATIENCE`] (a place may take
+/// a moment to come back after a connection closes).
 async fn a_new_connection_is_served(addr: SocketAddr) -> bool {
-    for attempt in 0..100 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut attempt = 0;
+    while std::time::Instant::now() < deadline {
         let mut c = Client::connect(addr).await;
         if c.served(10 + attempt).await {
             return true;
         }
+        attempt += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
-}
-
-async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting until {what}");
 }
 
 #[tokio::test]
@@ -463,7 +461,7 @@ async fn in_flight_bound_stops_reading() {
         .collect();
     client.send(&requests).await;
 
-    wait_until("the bound is reached", || {
+    eventually("the bound is reached", || {
         h.running.load(Ordering::SeqCst) >= BOUND
     })
     .await;
@@ -589,7 +587,9 @@ async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
     let limits = ConnectionLimits {
         max_in_flight_bytes: bytesize::ByteSize::mib(1),
         max_in_flight_bytes_per_connection: bytesize::ByteSize::mib(1),
-        frame_timeout: Duration::from_secs(1),
+        // Well past the 300 ms in which the other frame must stay unread,
+        // however slowly the steps before that window run.
+        frame_timeout: Duration::from_secs(3),
         ..ConnectionLimits::default()
     };
     let server = start_with(limits).await;
@@ -601,7 +601,7 @@ async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
     head.put_i32(0);
     slow.write.write_all(&head).await.unwrap();
     slow.write.write_all(&vec![0u8; 100 << 10]).await.unwrap();
-    wait_until("the frame takes the whole pool", || {
+    eventually("the frame takes the whole pool", || {
         server.budget.incoming_in_use() == 1 << 20
     })
     .await;
@@ -625,7 +625,7 @@ async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
     // The stalled frame is cut off after frame_timeout; its room goes to the other.
     assert!(slow.closed().await, "a stalled frame kept its connection");
     assert_eq!(other.reply().await, Some(1));
-    wait_until("the pool is empty again", || {
+    eventually("the pool is empty again", || {
         server.budget.incoming_in_use() == 0
     })
     .await;
@@ -633,8 +633,10 @@ async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
 
 #[tokio::test]
 async fn idle_connections_close_but_busy_ones_stay() {
+    // Long enough that the busy connection's request, sent right after it
+    // connects, is read before it counts as idle on a slow machine too.
     let limits = ConnectionLimits {
-        idle_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(1),
         ..ConnectionLimits::default()
     };
     let server = start_with(limits).await;
@@ -643,7 +645,7 @@ async fn idle_connections_close_but_busy_ones_stay() {
     busy.send(&[request(1, Op::Block, 0, 0)]).await;
     assert!(idle.closed().await, "an idle connection stayed open");
     // A request in flight for several idle periods keeps its connection.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     server.handler.gate.add_permits(1);
     assert_eq!(busy.reply().await, Some(1), "a busy connection was closed");
     // Once nothing is in flight it is idle too.
@@ -680,7 +682,7 @@ async fn a_client_that_does_not_read_stops_getting_data_read_for_it() {
     assert!(other.served(1000).await);
     // The stuck connection is closed once a reply waits frame_timeout, and its room
     // is given back.
-    wait_until("the stuck connection's room is free", || {
+    eventually("the stuck connection's room is free", || {
         server.budget.replies_in_use() == 0
     })
     .await;
@@ -717,9 +719,9 @@ async fn one_peer_cannot_take_every_place() {
 
 /// Reads one `Data` reply: its id and body.
 async fn data_reply(client: &mut Client) -> Option<(u32, Bytes)> {
-    let next = tokio::time::timeout(Duration::from_secs(10), client.replies.next())
+    let next = tokio::time::timeout(PATIENCE, client.replies.next())
         .await
-        .expect("no reply within 10 s");
+        .expect("no reply within PATIENCE");
     match next {
         Some(Ok(Msg::Data { id, body })) => Some((id, body)),
         Some(Ok(other)) => panic!("not a data reply: {other:?}"),
