@@ -35,7 +35,7 @@ fn uniffle_app(node: &Node, app: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_uniffle::client::{
+        use switchyard_clients::uniffle::{
             ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport,
         };
         let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())

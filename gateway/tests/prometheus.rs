@@ -188,7 +188,7 @@ fn provoke_errors(node: &Node) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_uniffle::client::{ClientBlock, Coordinator, ShuffleServer, Transport};
+        use switchyard_clients::uniffle::{ClientBlock, Coordinator, ShuffleServer, Transport};
         let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
             .await
             .unwrap();
@@ -204,7 +204,7 @@ fn provoke_errors(node: &Node) {
             .send("no-such-app", 0, vec![(0, vec![block])])
             .await
             .is_err());
-        let fetch = switchyard_celeborn::client::Connection::connect(node.addr(9102))
+        let fetch = switchyard_clients::celeborn::Connection::connect(node.addr(9102))
             .await
             .unwrap();
         let open = switchyard_celeborn::TransportMessage::new(

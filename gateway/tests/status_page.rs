@@ -181,7 +181,7 @@ fn live_uniffle_app(node: &Node, app: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_uniffle::client::{ClientBlock, Coordinator, ShuffleServer, Transport};
+        use switchyard_clients::uniffle::{ClientBlock, Coordinator, ShuffleServer, Transport};
         let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
             .await
             .unwrap();

@@ -14,10 +14,10 @@ use bytes::Bytes;
 use bytesize::ByteSize;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
-use switchyard_celeborn::client::{batch, decode, parse_batches, Connection};
 use switchyard_celeborn::proto::*;
 use switchyard_celeborn::rpc::endpoint;
 use switchyard_celeborn::TransportMessage;
+use switchyard_clients::celeborn::{batch, decode, parse_batches, Connection};
 
 use super::report::{self, gbps};
 

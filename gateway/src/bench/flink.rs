@@ -16,10 +16,10 @@ use anyhow::ensure;
 use bytes::Bytes;
 use bytesize::ByteSize;
 use parking_lot::Mutex;
-use switchyard_celeborn::client::{decode, Connection};
 use switchyard_celeborn::proto::*;
 use switchyard_celeborn::rpc::endpoint;
 use switchyard_celeborn::TransportMessage;
+use switchyard_clients::celeborn::{decode, Connection};
 
 use super::celeborn::{bench_user, histogram, worker_addr};
 use super::report::{self, gbps};
@@ -388,7 +388,7 @@ where
     F: std::future::Future<
         Output = (
             std::time::Duration,
-            switchyard_celeborn::client::Result<Bytes>,
+            switchyard_clients::celeborn::Result<Bytes>,
         ),
     >,
 {

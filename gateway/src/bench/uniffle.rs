@@ -12,7 +12,9 @@ use bytes::Bytes;
 use bytesize::ByteSize;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
-use switchyard_uniffle::client::{ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport};
+use switchyard_clients::uniffle::{
+    ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport,
+};
 use switchyard_uniffle::proto::{PartitionRangeAssignment, ShuffleServerId};
 
 use super::report::{self, gbps};
