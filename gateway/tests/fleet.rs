@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, ClusterOptions, Node, FLEET_SECRET};
@@ -54,22 +54,11 @@ fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Runs a `switchyard-bench` command line in process.
 fn bench(args: &[&str]) {
-    let mut cmd = Command::new(BIN);
-    common::clear_switchyard_env(&mut cmd);
-    let out = cmd
-        .arg("bench")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = switchyard_bench::run_args(args) {
+        panic!("bench {args:?} failed: {e}");
+    }
 }
 
 /// Bytes node `node` says it stored for `app` of `protocol` (from the
@@ -463,10 +452,7 @@ fn a_cancelled_decommission_takes_new_partitions_again() {
     let master = node.celeborn_master().to_string();
     let admin = node.admin().to_string();
     let run = |app: &str| {
-        let mut cmd = Command::new(BIN);
-        common::clear_switchyard_env(&mut cmd);
-        cmd.args([
-            "bench",
+        switchyard_bench::run_args([
             "celeborn",
             "--master",
             &master,
@@ -480,10 +466,7 @@ fn a_cancelled_decommission_takes_new_partitions_again() {
             "2",
             "--keep-app",
         ])
-        .output()
-        .unwrap()
-        .status
-        .success()
+        .is_ok()
     };
     // Data that keeps the node from exiting once decommissioning.
     assert!(run("held"), "a first run");
