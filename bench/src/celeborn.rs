@@ -123,15 +123,10 @@ pub async fn run(args: CelebornBenchArgs) -> anyhow::Result<()> {
     let write_time = started.elapsed();
 
     let chunk_latency = Latency::default();
-    let started = Instant::now();
-    let queue = WorkQueue::new(job.args.partitions);
-    let read: Tally = harness::run_tasks(job.args.mappers, |_| {
-        fetch(job.clone(), queue.clone(), chunk_latency.clone())
+    let (read_time, read) = harness::read_phase(job.args.mappers, job.args.partitions, |queue| {
+        fetch(job.clone(), queue, chunk_latency.clone())
     })
-    .await?
-    .into_iter()
-    .sum();
-    let read_time = started.elapsed();
+    .await?;
     ensure!(
         read.items == total_batches as u64 && read.bytes == total,
         "read {} batches / {} bytes of {total_batches} / {total}",

@@ -130,15 +130,11 @@ pub async fn run(args: FlinkBenchArgs) -> anyhow::Result<()> {
     // Readers: each takes sub-partitions in turn and reads that one from
     // every map partition (one credit stream each), checking every record.
     let stream_latency = Latency::default();
-    let started = Instant::now();
-    let queue = WorkQueue::new(job.args.sub_partitions);
-    let read: Tally = harness::run_tasks(job.args.mappers, |_| {
-        read(job.clone(), queue.clone(), stream_latency.clone())
-    })
-    .await?
-    .into_iter()
-    .sum();
-    let read_time = started.elapsed();
+    let (read_time, read) =
+        harness::read_phase(job.args.mappers, job.args.sub_partitions, |queue| {
+            read(job.clone(), queue, stream_latency.clone())
+        })
+        .await?;
     ensure!(
         read.items == total_records as u64 && read.bytes == total,
         "read {} records / {} bytes of {total_records} / {total}",

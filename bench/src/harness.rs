@@ -80,6 +80,26 @@ where
     Ok(out)
 }
 
+/// The read phase: `readers` readers share the work queue of `0..items`;
+/// returns the phase's time and what they read together.
+pub async fn read_phase<F, Fut>(
+    readers: usize,
+    items: i32,
+    read: F,
+) -> anyhow::Result<(Duration, Tally)>
+where
+    F: Fn(WorkQueue) -> Fut,
+    Fut: Future<Output = anyhow::Result<Tally>> + Send + 'static,
+{
+    let started = Instant::now();
+    let queue = WorkQueue::new(items);
+    let tally = run_tasks(readers, |_| read(queue.clone()))
+        .await?
+        .into_iter()
+        .sum();
+    Ok((started.elapsed(), tally))
+}
+
 /// Partitions (or sub-partitions) handed to readers one at a time.
 #[derive(Clone)]
 pub struct WorkQueue {

@@ -191,15 +191,10 @@ pub async fn run(args: UniffleBenchArgs) -> anyhow::Result<()> {
     let report_phase = write_time - (last_sent - started);
 
     let read_latency = Latency::default();
-    let started = Instant::now();
-    let queue = WorkQueue::new(job.args.partitions);
-    let read: Tally = harness::run_tasks(job.args.mappers, |_| {
-        read(job.clone(), queue.clone(), read_latency.clone())
+    let (read_time, read) = harness::read_phase(job.args.mappers, job.args.partitions, |queue| {
+        read(job.clone(), queue, read_latency.clone())
     })
-    .await?
-    .into_iter()
-    .sum();
-    let read_time = started.elapsed();
+    .await?;
     ensure!(
         read.items == total_blocks as u64 && read.bytes == total,
         "read back {} blocks / {} bytes of {total_blocks} / {total}",
