@@ -308,11 +308,10 @@ async fn write(job: Arc<Job>, m: usize) -> anyhow::Result<Instant> {
         pending: HashMap::new(),
     };
     let block_size = job.block_size;
-    let mut seq = 0i64;
-    for i in (m..job.total_blocks).step_by(job.args.mappers) {
+    let blocks = (m..job.total_blocks).step_by(job.args.mappers);
+    for (seq, i) in blocks.enumerate() {
         let partition = (i % job.args.partitions as usize) as i32;
-        let id = (seq << 42) | ((partition as i64) << 22) | m as i64;
-        seq += 1;
+        let id = ((seq as i64) << 42) | ((partition as i64) << 22) | m as i64;
         let start = (i * 7919) % (job.pattern.len() - block_size);
         // A fresh copy per block, as a client serializes it.
         let data = Bytes::copy_from_slice(&job.pattern[start..start + block_size]);
