@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `switchyard bench` against a 3-node fleet on 127.0.0.2-4 (every node a
+# `switchyard-bench` against a 3-node fleet on 127.0.0.2-4 (every node a
 # coordinator and a worker, default ports, 1 GiB memory each): Celeborn pushes
 # and fetches with replication off and on, interleaved, then Uniffle over
 # GRPC_NETTY with one and two replicas, interleaved; after each run, each node's CPU seconds for that run (from
@@ -7,11 +7,13 @@
 #
 #   integration/bench-fleet.sh [SIZE] [PAIRS]     # defaults: 1GiB, 2 pairs
 #
-# Use a release build (SWITCHYARD_BIN, default target/release/switchyard). The
+# Use a release build (SWITCHYARD_BIN, default target/release/switchyard;
+# SWITCHYARD_BENCH_BIN, default target/release/switchyard-bench). The
 # fixed addresses must be free (no other cluster test running). Not part of CI.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=${SWITCHYARD_BIN:-$PWD/target/release/switchyard}
+bench_bin=${SWITCHYARD_BENCH_BIN:-$PWD/target/release/switchyard-bench}
 size=${1:-1GiB}
 pairs=${2:-2}
 root=$(mktemp -d /tmp/switchyard-bench-fleet-XXXX)
@@ -72,7 +74,7 @@ run() { # label, bench args...
   local before=() after=() line
   for p in "${node_pids[@]}"; do before+=("$(cpu "$p")"); done
   echo "--- $label"
-  "$bin" bench "$@" | grep -E 'GB/s|p99|write|read' | sed 's/^/    /'
+  "$bench_bin" "$@" | grep -E 'GB/s|p99|write|read' | sed 's/^/    /'
   for p in "${node_pids[@]}"; do after+=("$(cpu "$p")"); done
   line="    node CPU-s:"
   local tck; tck=$(getconf CLK_TCK)

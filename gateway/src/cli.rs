@@ -1,6 +1,6 @@
 //! Command line: `switchyard serve [--config FILE]`, `switchyard check-config
-//! FILE`, `switchyard import-config ...`, `switchyard ctl status|apps`,
-//! `switchyard bench ...`.
+//! FILE`, `switchyard import-config ...`, `switchyard ctl status|apps`. The
+//! benchmarks are the `switchyard-bench` binary.
 
 use std::path::PathBuf;
 
@@ -38,31 +38,6 @@ pub enum Command {
     /// Ask a running node over its admin HTTP.
     #[command(subcommand)]
     Ctl(CtlCommand),
-    /// Benchmarks that print figures against a baseline measured in the same run.
-    #[command(subcommand)]
-    Bench(BenchCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// The block store on one data directory, against raw sequential I/O.
-    Storage(crate::bench::storage::StorageBenchArgs),
-    /// Any Uniffle deployment through its coordinator: write, read, verify.
-    Uniffle(crate::bench::uniffle::UniffleBenchArgs),
-    /// Any Celeborn deployment through its master: push, commit, fetch, verify.
-    Celeborn(crate::bench::celeborn::CelebornBenchArgs),
-    /// Reads of huge partitions from the cold tier: through the gateway against a direct OpenDAL read.
-    Cold(crate::bench::cold::ColdBenchArgs),
-    /// Flink's map partitions and credit-based reads through any Celeborn deployment: write, read, verify.
-    Flink(crate::bench::flink::FlinkBenchArgs),
-    /// How long a writer waits for memory once it is released: woken by the release against a 5 ms poll.
-    MemoryWait(crate::bench::memory_wait::MemoryWaitBenchArgs),
-    /// Both protocols at once, many clients, several times the memory budget:
-    /// peak RSS against the configured bound, backpressure, every block checked.
-    Overload(crate::bench::overload::OverloadBenchArgs),
-    /// Restart recovery: commit N partitions, kill -9, time to ready and
-    /// manifest bytes per partition; the write path with recovery on and off.
-    Restart(crate::bench::restart::RestartBenchArgs),
 }
 
 #[derive(Debug, Args)]

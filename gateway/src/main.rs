@@ -3,8 +3,8 @@
 //! Celeborn roles (`serve`); `switchyard check-config FILE` checks a config
 //! file without starting anything; `switchyard import-config ...` turns
 //! Celeborn and Uniffle config files into a Switchyard one; `switchyard ctl
-//! ...` asks a running node over admin HTTP; `switchyard bench ...` runs the
-//! benchmarks.
+//! ...` asks a running node over admin HTTP. The benchmarks are another
+//! binary, `switchyard-bench` (the `bench/` crate).
 
 /// jemalloc: block-sized buffers are reused instead of mapped and faulted in
 /// anew each time (see the workspace Cargo.toml).
@@ -25,7 +25,6 @@ pub static malloc_conf: &[u8] =
     b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,oversize_threshold:0\0";
 
 mod admin;
-mod bench;
 mod cli;
 mod config;
 mod ctl;
@@ -42,7 +41,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::cli::{BenchCommand, CheckConfigArgs, Cli, Command, ServeArgs};
+use crate::cli::{CheckConfigArgs, Cli, Command, ServeArgs};
 use crate::config::GatewayConfig;
 
 /// How long blocking tasks may linger once `serve` has returned.
@@ -56,7 +55,6 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => run_check_config(args),
         Command::ImportConfig(args) => import_config::run(args),
         Command::Ctl(command) => ctl::run(command),
-        Command::Bench(bench) => run_bench(bench),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -115,28 +113,6 @@ fn run_check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
     print!("{}", config.to_redacted_toml()?);
     eprintln!("switchyard: {} is valid", args.file.display());
     Ok(())
-}
-
-fn run_bench(bench: BenchCommand) -> anyhow::Result<()> {
-    let filter = std::env::var(config::ENV_LOG).unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        match bench {
-            BenchCommand::Storage(args) => bench::storage::run(args).await,
-            BenchCommand::Restart(args) => bench::restart::run(args).await,
-            BenchCommand::Uniffle(args) => bench::uniffle::run(args).await,
-            BenchCommand::Celeborn(args) => bench::celeborn::run(args).await,
-            BenchCommand::Cold(args) => bench::cold::run(args).await,
-            BenchCommand::Flink(args) => bench::flink::run(args).await,
-            BenchCommand::MemoryWait(args) => bench::memory_wait::run(args).await,
-            BenchCommand::Overload(args) => bench::overload::run(args).await,
-        }
-    })
 }
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {

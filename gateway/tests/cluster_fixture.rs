@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, Node, DEFAULT_PORTS};
-use switchyard_uniffle::client::{Coordinator, Transport};
+use switchyard_clients::uniffle::{Coordinator, Transport};
 
 /// Checks what node `node` reports about itself; returns its id.
 fn check_identity(node: &Node) -> String {

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::cluster::{Cluster, ClusterOptions, Node, FLEET_SECRET};
@@ -47,22 +47,11 @@ fn wait_warm(node: &Node) {
     });
 }
 
+/// Runs a `switchyard-bench` command line in process.
 fn bench(args: &[&str]) {
-    let mut cmd = Command::new(BIN);
-    common::clear_switchyard_env(&mut cmd);
-    let out = cmd
-        .arg("bench")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = switchyard_bench::run_args(args) {
+        panic!("bench {args:?} failed: {e}");
+    }
 }
 
 /// Bytes node `node` says it stored for `app` of `protocol` (from the
@@ -219,10 +208,10 @@ fn three_nodes_serve_as_one_fleet() {
     // others as spares (no locations), which a driver revives onto.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        use switchyard_celeborn::client::Connection;
         use switchyard_celeborn::proto::{MessageType, PbRequestSlots, PbRequestSlotsResponse};
         use switchyard_celeborn::rpc::endpoint;
         use switchyard_celeborn::TransportMessage;
+        use switchyard_clients::celeborn::Connection;
         let conn = Connection::connect(cluster.node(1).celeborn_master())
             .await
             .unwrap();
@@ -454,10 +443,7 @@ fn a_cancelled_decommission_takes_new_partitions_again() {
     let master = node.celeborn_master().to_string();
     let admin = node.admin().to_string();
     let run = |app: &str| {
-        let mut cmd = Command::new(BIN);
-        common::clear_switchyard_env(&mut cmd);
-        cmd.args([
-            "bench",
+        switchyard_bench::run_args([
             "celeborn",
             "--master",
             &master,
@@ -471,10 +457,7 @@ fn a_cancelled_decommission_takes_new_partitions_again() {
             "2",
             "--keep-app",
         ])
-        .output()
-        .unwrap()
-        .status
-        .success()
+        .is_ok()
     };
     // Data that keeps the node from exiting once decommissioning.
     assert!(run("held"), "a first run");
@@ -645,11 +628,11 @@ fn a_decommissioned_node_takes_nothing_new_and_exits_once_released() {
 
 #[test]
 fn a_restarted_coordinator_warms_up_and_deletes_nothing() {
-    use switchyard_celeborn::client::Connection;
     use switchyard_celeborn::proto::{MessageType, PbRequestSlots};
     use switchyard_celeborn::rpc::endpoint;
     use switchyard_celeborn::TransportMessage;
-    use switchyard_uniffle::client::{Coordinator, Transport};
+    use switchyard_clients::celeborn::Connection;
+    use switchyard_clients::uniffle::{Coordinator, Transport};
 
     let mut cluster = Cluster::start_with(
         3,
@@ -759,8 +742,8 @@ fn a_restarted_coordinator_warms_up_and_deletes_nothing() {
 
 #[test]
 fn a_celeborn_secret_registered_on_one_master_authenticates_on_every_worker() {
-    use switchyard_celeborn::client::Connection;
     use switchyard_celeborn::rpc::endpoint;
+    use switchyard_clients::celeborn::Connection;
     let cluster = Cluster::start_with(
         3,
         ClusterOptions {
@@ -825,7 +808,7 @@ fn a_celeborn_secret_registered_on_one_master_authenticates_on_every_worker() {
 
 /// A Celeborn master call; panics on an RPC failure.
 async fn master_ask(
-    master: &switchyard_celeborn::client::Connection,
+    master: &switchyard_clients::celeborn::Connection,
     message: switchyard_celeborn::TransportMessage,
 ) -> switchyard_celeborn::TransportMessage {
     use switchyard_celeborn::rpc::endpoint;
@@ -834,11 +817,11 @@ async fn master_ask(
 
 /// The shuffles master `master` lists in a driver heartbeat reply of `app`.
 async fn registered_shuffles(master: std::net::SocketAddr, app: &str) -> Vec<i32> {
-    use switchyard_celeborn::client::{decode, Connection};
     use switchyard_celeborn::proto::{
         MessageType, PbHeartbeatFromApplication, PbHeartbeatFromApplicationResponse,
     };
     use switchyard_celeborn::TransportMessage;
+    use switchyard_clients::celeborn::{decode, Connection};
     let conn = Connection::connect(master).await.unwrap();
     let reply = master_ask(
         &conn,
@@ -864,12 +847,12 @@ async fn registered_shuffles(master: std::net::SocketAddr, app: &str) -> Vec<i32
 /// learns them from its peer during its warm-up, before it answers drivers.
 #[test]
 fn coordinators_share_what_drivers_told_them() {
-    use switchyard_celeborn::client::Connection;
     use switchyard_celeborn::proto::{
         MessageType, PbRegisterApplicationInfo, PbRequestSlots, PbUnregisterShuffle,
         PbUserIdentifier,
     };
     use switchyard_celeborn::TransportMessage;
+    use switchyard_clients::celeborn::Connection;
 
     let mut cluster = Cluster::start_with(
         3,

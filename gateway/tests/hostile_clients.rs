@@ -10,8 +10,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, ClusterOptions, Node};
-use switchyard_celeborn::client::Connection;
-use switchyard_uniffle::client::Coordinator;
+use switchyard_clients::celeborn::Connection;
+use switchyard_clients::uniffle::Coordinator;
 
 /// VmRSS of a process, in bytes.
 fn rss(pid: u32) -> u64 {

@@ -35,7 +35,7 @@ fn uniffle_app(node: &Node, app: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_uniffle::client::{
+        use switchyard_clients::uniffle::{
             ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport,
         };
         let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
@@ -87,8 +87,7 @@ fn ctl_apps_and_migration_show_protocols_clients_and_bytes() {
     let master = node.celeborn_master().to_string();
     // 8 MiB in 64 KiB batches behind 16-byte headers, read back whole; the
     // bench ends its application (ApplicationLost).
-    switchyard(&[
-        "bench",
+    let bench = switchyard_bench::run_args([
         "celeborn",
         "--master",
         &master,
@@ -99,6 +98,9 @@ fn ctl_apps_and_migration_show_protocols_clients_and_bytes() {
         "--partitions",
         "4",
     ]);
+    if let Err(e) = bench {
+        panic!("switchyard-bench celeborn: {e}");
+    }
     let celeborn_bytes = (8u64 << 20) + 16 * 128;
     uniffle_app(node, "mig-uniffle-1");
 

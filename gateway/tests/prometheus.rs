@@ -23,8 +23,6 @@ use common::cluster::{Cluster, ClusterOptions, Node};
 use common::http_get;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
-
 fn find_prometheus() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SWITCHYARD_PROMETHEUS").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -169,16 +167,11 @@ fn encode(s: &str) -> String {
         .collect()
 }
 
+/// Runs a `switchyard-bench` command line in process.
 fn bench(args: &[&str]) {
-    let mut cmd = Command::new(BIN);
-    common::clear_switchyard_env(&mut cmd);
-    let out = cmd.arg("bench").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "switchyard bench {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = switchyard_bench::run_args(args) {
+        panic!("switchyard-bench {args:?} failed: {e}");
+    }
 }
 
 /// Requests that fail, one per protocol: counted as errors by status.
@@ -188,7 +181,7 @@ fn provoke_errors(node: &Node) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_uniffle::client::{ClientBlock, Coordinator, ShuffleServer, Transport};
+        use switchyard_clients::uniffle::{ClientBlock, Coordinator, ShuffleServer, Transport};
         let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
             .await
             .unwrap();
@@ -204,7 +197,7 @@ fn provoke_errors(node: &Node) {
             .send("no-such-app", 0, vec![(0, vec![block])])
             .await
             .is_err());
-        let fetch = switchyard_celeborn::client::Connection::connect(node.addr(9102))
+        let fetch = switchyard_clients::celeborn::Connection::connect(node.addr(9102))
             .await
             .unwrap();
         let open = switchyard_celeborn::TransportMessage::new(

@@ -296,19 +296,12 @@ fn numa_placement_is_harmless_on_a_single_node_host() {
         ("celeborn", "--master", ports[3]),
         ("uniffle", "--coordinator", ports[0]),
     ] {
-        let mut bench = Command::new(BIN);
-        clear_switchyard_env(&mut bench);
-        let out = bench
-            .args(["bench", kind, flag, &format!("127.0.0.1:{port}")])
-            .args(["--size", "8MiB", "--mappers", "2", "--partitions", "4"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "bench {kind}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            server.log()
-        );
+        let address = format!("127.0.0.1:{port}");
+        let sizes = ["--size", "8MiB", "--mappers", "2", "--partitions", "4"];
+        let args = [kind, flag, &address].into_iter().chain(sizes);
+        if let Err(e) = switchyard_bench::run_args(args) {
+            panic!("bench {kind}: {e}\n{}", server.log());
+        }
     }
     kill(Pid::from_raw(server.child.id() as i32), Signal::SIGTERM).unwrap();
     let status = server.wait_exit(Duration::from_secs(30)).expect("exits");

@@ -6,11 +6,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 use common::cluster::{Cluster, ClusterOptions};
-
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
 #[test]
 fn one_app_id_in_both_protocols_stays_two_apps() {
@@ -23,20 +19,27 @@ fn one_app_id_in_both_protocols_stays_two_apps() {
     );
     let node = cluster.node(1);
     let app = "shared-app-1";
-    let bench = |args: &[&str]| {
-        let mut cmd = Command::new(BIN);
-        common::clear_switchyard_env(&mut cmd);
-        cmd.arg("bench")
-            .args(args)
-            .args(["--app", app, "--size", "96MiB", "--partitions", "8"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd.spawn().expect("switchyard bench")
+    // Both benches at once, each on a thread of its own (a bench runs on a
+    // runtime of its own).
+    let bench = |args: Vec<String>| {
+        let common = ["--app", app, "--size", "96MiB", "--partitions", "8"];
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(common.iter().map(|a| a.to_string()))
+            .collect();
+        std::thread::spawn(move || switchyard_bench::run_args(args))
     };
     let master = node.celeborn_master().to_string();
     let coordinator = node.uniffle_coordinator().to_string();
-    let celeborn = bench(&["celeborn", "--master", &master, "--mappers", "4"]);
-    let uniffle = bench(&[
+    let strings = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let celeborn = bench(strings(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--mappers",
+        "4",
+    ]));
+    let uniffle = bench(strings(&[
         "uniffle",
         "--coordinator",
         &coordinator,
@@ -46,16 +49,14 @@ fn one_app_id_in_both_protocols_stays_two_apps() {
         "256KiB",
         "--transport",
         "GRPC_NETTY",
-    ]);
-    for (name, child) in [("celeborn", celeborn), ("uniffle", uniffle)] {
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{name} bench with app id {app} failed:\n{}\n{}\nserver log:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            node.log_tail(40)
-        );
+    ]));
+    for (name, run) in [("celeborn", celeborn), ("uniffle", uniffle)] {
+        if let Err(e) = run.join().expect("the bench thread") {
+            panic!(
+                "{name} bench with app id {app} failed: {e}\nserver log:\n{}",
+                node.log_tail(40)
+            );
+        }
     }
     // Each protocol removed its own application at its end, and only that.
     let status = node.status();

@@ -23,8 +23,6 @@ use common::cluster::{Cluster, ClusterOptions, Node};
 use common::http_request;
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
-
 fn tool(env: &str, name: &str) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -181,7 +179,7 @@ fn live_uniffle_app(node: &Node, app: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_uniffle::client::{ClientBlock, Coordinator, ShuffleServer, Transport};
+        use switchyard_clients::uniffle::{ClientBlock, Coordinator, ShuffleServer, Transport};
         let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
             .await
             .unwrap();
@@ -235,18 +233,11 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
     let node = cluster.node(1);
     // Traffic for the chart (the bench's own application ends with it), then
     // an application that stays.
-    let mut cmd = Command::new(BIN);
-    common::clear_switchyard_env(&mut cmd);
     let master = node.celeborn_master().to_string();
-    let out = cmd
-        .args(["bench", "celeborn", "--master", &master, "--size", "64MiB"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = switchyard_bench::run_args(["celeborn", "--master", &master, "--size", "64MiB"])
+    {
+        panic!("{e}");
+    }
     let app = "status-page-app-1";
     live_uniffle_app(node, app);
 

@@ -9,13 +9,15 @@
 //!   partition type;
 //! - [`frame`]: the 9-byte-header transport framing shared by every port;
 //! - [`rpc`]: the NettyRpcEnv layer of the master/worker RPC ports (envelope, the Java
-//!   serialization subset, the endpoint-verifier handshake).
+//!   serialization subset, the endpoint-verifier handshake);
+//! - [`peer`]: one outgoing connection to a Celeborn port (a worker's push replication;
+//!   the test client in `switchyard-clients` is built on it).
 
 pub mod auth;
-pub mod client;
 pub mod config;
 pub mod frame;
 pub mod modes;
+pub mod peer;
 pub mod proto;
 pub mod rpc;
 pub mod server;

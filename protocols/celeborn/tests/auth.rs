@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytesize::ByteSize;
-use switchyard_celeborn::client::{batch, decode, parse_batches, Connection};
 use switchyard_celeborn::proto::*;
 use switchyard_celeborn::rpc::endpoint;
 use switchyard_celeborn::{CelebornConfig, CelebornNode, TransportMessage};
+use switchyard_clients::celeborn::{batch, decode, parse_batches, Connection};
 use switchyard_storage::{Store, StoreConfig};
 
 struct Env {

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use bytesize::ByteSize;
-use switchyard_celeborn::client::{batch, decode, parse_batches, Connection};
 use switchyard_celeborn::proto::*;
 use switchyard_celeborn::rpc::endpoint;
 use switchyard_celeborn::server::worker::stored_app;
 use switchyard_celeborn::{CelebornConfig, CelebornNode, StatusCode, TransportMessage};
+use switchyard_clients::celeborn::{batch, decode, parse_batches, Connection};
 use switchyard_storage::{Store, StoreConfig};
 
 struct Env {

@@ -6,12 +6,13 @@
 //! - [`netty`]: the frame codec of the Netty data plane (`GRPC_NETTY` clients);
 //! - [`coordinator`]: assignment of partitions to shuffle servers;
 //! - [`server`]: the shuffle server (one core, gRPC and Netty transports);
-//! - [`node`]: starts all of it in one process;
-//! - [`client`]: a Rust client of the protocol, for tests and benchmarks.
+//! - [`node`]: starts all of it in one process.
+//!
+//! The Rust client of the protocol, for tests and benchmarks, is the
+//! `switchyard-clients` crate; the server never links it.
 
 pub mod bitmap;
 pub mod bounded;
-pub mod client;
 pub mod config;
 pub mod coordinator;
 pub mod error;

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use bytesize::ByteSize;
+use switchyard_clients::uniffle::{
+    ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport,
+};
 use switchyard_storage::{Store, StoreConfig};
 use switchyard_uniffle::bitmap::IdBitmap;
-use switchyard_uniffle::client::{ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport};
 use switchyard_uniffle::config::ReportDurability;
 use switchyard_uniffle::proto::*;
 use switchyard_uniffle::server::stored_app;
@@ -893,7 +895,7 @@ async fn an_application_at_its_quota_is_refused_with_access_denied() {
         )]
     };
     s.send("quota-app", 0, blocks(0, 90 << 10)).await.unwrap();
-    let denied = |e: switchyard_uniffle::client::ClientError| {
+    let denied = |e: switchyard_clients::uniffle::ClientError| {
         let text = e.to_string();
         assert!(
             text.contains("ACCESS_DENIED") || text.contains("AccessDenied"),

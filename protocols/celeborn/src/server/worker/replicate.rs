@@ -12,8 +12,8 @@ use dashmap::DashMap;
 use tokio::sync::Mutex;
 
 use super::super::error::CelebornError;
-use crate::client::{next_request_id, ClientError, Connection};
 use crate::frame::{Message, Mode, PushData, PushMergedData};
+use crate::peer::{next_request_id, ClientError, Connection};
 use crate::status::StatusCode;
 
 /// A replica that does not answer within this fails the push (below the

@@ -1,47 +1,21 @@
 //! A Rust client of the Celeborn protocol, for tests and benchmarks. It plays
 //! the parts of the LifecycleManager (master and worker RPCs) and of the
-//! executors (push, fetch), following the Spark client's calls.
+//! executors (push, fetch), following the Spark client's calls, on the
+//! server's own outgoing connection ([`switchyard_celeborn::peer`]).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::ops::Deref;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::{SinkExt, StreamExt};
-use parking_lot::Mutex;
-use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::Framed;
+use tokio::sync::mpsc;
 
-use crate::frame::{CelebornCodec, Message, Mode, PushData, PushMergedData, StreamChunkSlice};
-use crate::proto::*;
-use crate::rpc::{endpoint, RequestMessage, RpcAddress, RpcContent};
-use crate::transport_message::TransportMessage;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("connect {0}: {1}")]
-    Connect(SocketAddr, std::io::Error),
-    #[error("connection closed")]
-    Closed,
-    #[error("timed out")]
-    Timeout,
-    #[error("rpc failure: {0}")]
-    Failure(String),
-    #[error("bad reply: {0}")]
-    BadReply(String),
-}
-
-pub type Result<T, E = ClientError> = std::result::Result<T, E>;
-
-/// Replies matched to requests: by request id, or by (stream, chunk).
-#[derive(Default)]
-struct Pending {
-    rpc: HashMap<i64, oneshot::Sender<Result<Bytes, String>>>,
-    chunks: HashMap<(i64, i32), oneshot::Sender<Result<Bytes, String>>>,
-}
+use switchyard_celeborn::frame::{Message, Mode, PushData, PushMergedData, StreamChunkSlice};
+use switchyard_celeborn::peer::{self, next_request_id};
+pub use switchyard_celeborn::peer::{ClientError, Result};
+use switchyard_celeborn::proto::*;
+use switchyard_celeborn::rpc::{endpoint, RequestMessage, RpcAddress, RpcContent};
+use switchyard_celeborn::TransportMessage;
 
 /// What a credit stream delivered.
 #[derive(Debug, Default)]
@@ -52,146 +26,28 @@ pub struct CreditStreamRead {
     pub granted: i64,
 }
 
-/// Frames the server sends on its own (credit streams: READ_DATA, backlog,
-/// errors, and its BUFFER_STREAM_END RPC requests).
-type Events = Arc<Mutex<Option<mpsc::UnboundedSender<Message>>>>;
+/// One connection to any Celeborn port, with the protocol's calls. The
+/// frame-level calls (`call`, `send`, `subscribe`, `is_closed`) are those of
+/// the underlying [`peer::Connection`].
+pub struct Connection(peer::Connection);
 
-/// One connection to any Celeborn port.
-pub struct Connection {
-    addr: SocketAddr,
-    tx: mpsc::Sender<Message>,
-    pending: Arc<Mutex<Pending>>,
-    events: Events,
-    reader: tokio::task::JoinHandle<()>,
-}
+impl Deref for Connection {
+    type Target = peer::Connection;
 
-impl Drop for Connection {
-    /// Closes the socket: the reader task holds its other half.
-    fn drop(&mut self) {
-        self.reader.abort();
+    fn deref(&self) -> &peer::Connection {
+        &self.0
     }
-}
-
-static NEXT_REQUEST: AtomicI64 = AtomicI64::new(1);
-
-pub(crate) fn next_request_id() -> i64 {
-    NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Connection {
     pub async fn connect(addr: SocketAddr) -> Result<Self> {
-        Self::connect_from(addr, None).await
+        peer::Connection::connect(addr).await.map(Self)
     }
 
     /// As [`Connection::connect`], leaving from `source` (port chosen by
     /// the kernel) when given.
     pub async fn connect_from(addr: SocketAddr, source: Option<std::net::IpAddr>) -> Result<Self> {
-        let stream = match source {
-            None => TcpStream::connect(addr).await,
-            Some(ip) => {
-                async {
-                    let socket = match addr {
-                        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-                        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-                    };
-                    socket.bind(SocketAddr::new(ip, 0))?;
-                    socket.connect(addr).await
-                }
-                .await
-            }
-        }
-        .map_err(|e| ClientError::Connect(addr, e))?;
-        stream.set_nodelay(true).ok();
-        let (mut sink, mut frames) = Framed::new(stream, CelebornCodec::default()).split();
-        let (tx, mut rx) = mpsc::channel::<Message>(64);
-        tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                if sink.send(m).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let pending: Arc<Mutex<Pending>> = Default::default();
-        let p = pending.clone();
-        let events: Events = Default::default();
-        let ev = events.clone();
-        let reader = tokio::spawn(async move {
-            while let Some(Ok(m)) = frames.next().await {
-                let mut p = p.lock();
-                match m {
-                    Message::RpcResponse { request_id, body } => {
-                        if let Some(tx) = p.rpc.remove(&request_id) {
-                            let _ = tx.send(Ok(body));
-                        }
-                    }
-                    Message::RpcFailure { request_id, error } => {
-                        if let Some(tx) = p.rpc.remove(&request_id) {
-                            let _ = tx.send(Err(error));
-                        }
-                    }
-                    Message::ChunkFetchSuccess { slice, body } => {
-                        if let Some(tx) = p.chunks.remove(&(slice.stream_id, slice.chunk_index)) {
-                            let _ = tx.send(Ok(body));
-                        }
-                    }
-                    Message::ChunkFetchFailure { slice, error } => {
-                        if let Some(tx) = p.chunks.remove(&(slice.stream_id, slice.chunk_index)) {
-                            let _ = tx.send(Err(error));
-                        }
-                    }
-                    other => {
-                        if let Some(tx) = ev.lock().as_ref() {
-                            let _ = tx.send(other);
-                        }
-                    }
-                }
-            }
-            ev.lock().take();
-            let mut p = p.lock();
-            p.rpc.clear();
-            p.chunks.clear();
-        });
-        Ok(Connection {
-            addr,
-            tx,
-            pending,
-            events,
-            reader,
-        })
-    }
-
-    /// Whether the connection has ended (its reader stopped).
-    pub fn is_closed(&self) -> bool {
-        self.reader.is_finished()
-    }
-
-    /// Receives the frames that answer no request of ours from now on; the
-    /// channel ends when the connection does.
-    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Message> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.events.lock() = Some(tx);
-        rx
-    }
-
-    async fn wait(rx: oneshot::Receiver<Result<Bytes, String>>) -> Result<Bytes> {
-        tokio::time::timeout(Duration::from_secs(120), rx)
-            .await
-            .map_err(|_| ClientError::Timeout)?
-            .map_err(|_| ClientError::Closed)?
-            .map_err(ClientError::Failure)
-    }
-
-    /// Sends a frame that expects an RpcResponse/RpcFailure with `request_id`.
-    pub async fn call(&self, request_id: i64, frame: Message) -> Result<Bytes> {
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().rpc.insert(request_id, tx);
-        self.tx.send(frame).await.map_err(|_| ClientError::Closed)?;
-        Self::wait(rx).await
-    }
-
-    /// Sends a frame with no reply.
-    pub async fn send(&self, frame: Message) -> Result<()> {
-        self.tx.send(frame).await.map_err(|_| ClientError::Closed)
+        peer::Connection::connect_from(addr, source).await.map(Self)
     }
 
     /// An ask to a NettyRpcEnv endpoint; the reply's TransportMessage.
@@ -203,8 +59,8 @@ impl Connection {
         let body = RequestMessage {
             sender: None,
             receiver: Some(RpcAddress {
-                host: self.addr.ip().to_string(),
-                port: self.addr.port() as i32,
+                host: self.addr().ip().to_string(),
+                port: self.addr().port() as i32,
             }),
             endpoint: endpoint_name.to_string(),
             content: RpcContent::TransportMessage(message),
@@ -258,7 +114,7 @@ impl Connection {
     /// Reads one credit stream of a map partition (sub-partitions
     /// `[start, end]`) as the Flink client does: open with `initial_credit`,
     /// grant as much credit as each backlog announces, until the worker's
-    /// BUFFER_STREAM_END. `events` is this connection's [`Self::subscribe`]
+    /// BUFFER_STREAM_END. `events` is this connection's [`peer::Connection::subscribe`]
     /// receiver; one stream at a time per connection.
     pub async fn read_credit_stream(
         &self,
@@ -361,7 +217,6 @@ impl Connection {
     /// first master connection does with `celeborn.auth.enabled`; the
     /// connection then acts for that application.
     pub async fn register_application(&self, app: &str, secret: &str) -> Result<()> {
-        use crate::proto::*;
         let init = TransportMessage::new(
             MessageType::AuthenticationInitiationRequest,
             &PbAuthenticationInitiationRequest {
@@ -405,7 +260,6 @@ impl Connection {
     /// Authenticates the connection as `app` with SASL DIGEST-MD5, as every
     /// connection but a driver's first does with `celeborn.auth.enabled`.
     pub async fn authenticate(&self, app: &str, secret: &str) -> Result<()> {
-        use crate::proto::*;
         let sasl = |method: &str, payload: Bytes| {
             TransportMessage::new(
                 MessageType::SaslRequest,
@@ -418,7 +272,7 @@ impl Connection {
         };
         let challenge = self.data_rpc(&sasl("DIGEST-MD5", Bytes::new())).await?;
         let (response, rspauth) =
-            crate::auth::digest::client_response(app, secret.as_bytes(), &challenge)
+            switchyard_celeborn::auth::digest::client_response(app, secret.as_bytes(), &challenge)
                 .map_err(|e| ClientError::BadReply(e.to_string()))?;
         let got = self.data_rpc(&sasl("", Bytes::from(response))).await?;
         if got != rspauth {
@@ -443,8 +297,6 @@ impl Connection {
         batch: Bytes,
     ) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
         let id = next_request_id();
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().rpc.insert(id, tx);
         let frame = Message::PushData(PushData {
             request_id: id,
             mode: Mode::Primary,
@@ -452,8 +304,7 @@ impl Connection {
             partition_unique_id: unique_id.into(),
             body: batch,
         });
-        self.tx.send(frame).await.map_err(|_| ClientError::Closed)?;
-        Ok(Self::wait(rx))
+        self.call_queued(id, frame).await
     }
 
     /// Pushes several batches of one map to partitions on this worker.
@@ -485,11 +336,6 @@ impl Connection {
 
     /// Fetches one whole chunk of a stream.
     pub async fn fetch_chunk(&self, stream_id: i64, chunk_index: i32) -> Result<Bytes> {
-        let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .chunks
-            .insert((stream_id, chunk_index), tx);
         let s = StreamChunkSlice::whole_chunk(stream_id, chunk_index);
         let request = TransportMessage::new(
             MessageType::ChunkFetchRequest,
@@ -503,12 +349,11 @@ impl Connection {
             },
         );
         let id = next_request_id();
-        self.send(Message::RpcRequest {
+        let frame = Message::RpcRequest {
             request_id: id,
             body: request.to_bytes(),
-        })
-        .await?;
-        Self::wait(rx).await
+        };
+        self.call_chunk((stream_id, chunk_index), frame).await
     }
 }
 

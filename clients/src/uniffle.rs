@@ -17,11 +17,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::bitmap::IdBitmap;
-use crate::netty::{self, Message, UniffleCodec};
-use crate::proto::coordinator_server_client::CoordinatorServerClient;
-use crate::proto::shuffle_server_client::ShuffleServerClient;
-use crate::proto::*;
+use switchyard_uniffle::bitmap::IdBitmap;
+use switchyard_uniffle::netty::{self, Message, UniffleCodec};
+use switchyard_uniffle::proto::coordinator_server_client::CoordinatorServerClient;
+use switchyard_uniffle::proto::shuffle_server_client::ShuffleServerClient;
+use switchyard_uniffle::proto::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

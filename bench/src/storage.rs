@@ -1,4 +1,4 @@
-//! `switchyard bench storage`: M writers push N bytes through the block store
+//! `switchyard-bench storage`: M writers push N bytes through the block store
 //! into one data directory, then everything is read back and every block's
 //! CRC checked. The same directory's raw sequential write and read bandwidth
 //! is measured in the same run as the baseline.
@@ -14,7 +14,8 @@ use bytes::Bytes;
 use bytesize::ByteSize;
 use switchyard_storage::{Block, BlockMeta, IndexRecord, PartitionKey, Store, StoreConfig};
 
-use super::report::{self, gbps, mib};
+use crate::harness::{self, Tally, WorkQueue};
+use crate::report::{self, gbps, mib};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct StorageBenchArgs {
@@ -67,11 +68,7 @@ pub async fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
     );
 
     // Baseline: one sequential writer and reader on the same directory.
-    let (raw_write, raw_read, cache_dropped) = {
-        let path = raw_path.clone();
-        tokio::task::spawn_blocking(move || raw_baseline(&path, total)).await??
-    };
-    let _ = std::fs::remove_file(&raw_path);
+    let (raw_write, raw_read, cache_dropped) = raw(&raw_path, total).await?;
     println!(
         "raw sequential write {:.3} GB/s, read {:.3} GB/s (before the store run; page cache dropped before read: {})",
         gbps(total, raw_write),
@@ -91,49 +88,21 @@ pub async fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
 
     // Writers: each block is a fresh allocation, as if read off a socket,
     // copied from one of 16 prepared contents (their CRCs computed once).
-    let pattern = pattern_bytes(block_size + 16 * 4099);
-    let contents: Arc<Vec<(Vec<u8>, i64)>> = Arc::new(
-        (0..16)
-            .map(|k| {
-                let data = pattern[k * 4099..k * 4099 + block_size].to_vec();
-                let crc = crc32fast::hash(&data) as i64;
-                (data, crc)
-            })
-            .collect(),
-    );
+    let contents = Arc::new(contents(block_size));
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..args.writers {
-        let store = store.clone();
-        let contents = contents.clone();
-        let partitions = args.partitions;
-        let writers = args.writers;
-        tasks.push(tokio::spawn(async move {
-            let mut backoffs = 0u64;
-            let mut i = w;
-            while i < blocks_total {
-                let (data, crc) = &contents[i % contents.len()];
-                let block = make_block(i as i64, w as i64, data, *crc);
-                let key = PartitionKey::new(app, 0, (i % partitions as usize) as i32);
-                loop {
-                    match store.append(&key, vec![block.clone()], None).await {
-                        Ok(()) => break,
-                        Err(e) if e.is_backpressure() => {
-                            backoffs += 1;
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                        Err(e) => return Err(anyhow::anyhow!(e)),
-                    }
-                }
-                i += writers;
-            }
-            Ok::<_, anyhow::Error>(backoffs)
-        }));
-    }
-    let mut backoffs = 0;
-    for t in tasks {
-        backoffs += t.await??;
-    }
+    let backoffs: u64 = harness::run_tasks(args.writers, |w| {
+        let writer = Writer {
+            store: store.clone(),
+            contents: contents.clone(),
+            w,
+            writers: args.writers,
+            partitions: args.partitions,
+        };
+        writer.write(app, blocks_total)
+    })
+    .await?
+    .into_iter()
+    .sum();
     let append_done = started.elapsed();
     store.flush_shuffle(app, 0).await?;
     tokio::task::spawn_blocking(nix::unistd::sync).await?;
@@ -143,34 +112,15 @@ pub async fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
     // Readers: one task per partition at a time, like reducers.
     let cache_dropped_store = report::drop_page_cache();
     let read_started = Instant::now();
-    let mut tasks = Vec::new();
-    let next = Arc::new(std::sync::atomic::AtomicI32::new(0));
-    for _ in 0..args.writers {
-        let store = store.clone();
-        let next = next.clone();
-        let partitions = args.partitions;
-        let read_size = args.read_size.as_u64();
-        tasks.push(tokio::spawn(async move {
-            let mut blocks = 0u64;
-            let mut bytes = 0u64;
-            loop {
-                let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if p >= partitions {
-                    return Ok::<_, anyhow::Error>((blocks, bytes));
-                }
-                let key = PartitionKey::new(app, 0, p);
-                let (b, n) = read_partition(&store, &key, read_size).await?;
-                blocks += b;
-                bytes += n;
-            }
-        }));
-    }
-    let (mut read_blocks, mut read_bytes) = (0, 0);
-    for t in tasks {
-        let (b, n) = t.await??;
-        read_blocks += b;
-        read_bytes += n;
-    }
+    let queue = WorkQueue::new(args.partitions);
+    let read_size = args.read_size.as_u64();
+    let read: Tally = harness::run_tasks(args.writers, |_| {
+        read_partitions(store.clone(), queue.clone(), app, read_size)
+    })
+    .await?
+    .into_iter()
+    .sum();
+    let (read_blocks, read_bytes) = (read.items, read.bytes);
     let read_time = read_started.elapsed();
     ensure!(
         read_blocks == blocks_total as u64 && read_bytes == total,
@@ -184,11 +134,7 @@ pub async fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
     // The device is measured again after the store's run: shared and virtual
     // disks vary by tens of percent between runs, so the store is compared
     // with the mean of both measurements.
-    let (raw_write2, raw_read2, _) = {
-        let path = raw_path.clone();
-        tokio::task::spawn_blocking(move || raw_baseline(&path, total)).await??
-    };
-    let _ = std::fs::remove_file(&raw_path);
+    let (raw_write2, raw_read2, _) = raw(&raw_path, total).await?;
     println!(
         "raw sequential write {:.3} GB/s, read {:.3} GB/s (after the store run)",
         gbps(total, raw_write2),
@@ -229,6 +175,77 @@ pub async fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
         if peak <= budget + (64 << 20) { "within" } else { "OVER" }
     );
     Ok(())
+}
+
+/// The 16 block contents writers copy from, with their CRCs.
+fn contents(block_size: usize) -> Vec<(Vec<u8>, i64)> {
+    let pattern = pattern_bytes(block_size + 16 * 4099);
+    (0..16)
+        .map(|k| {
+            let data = pattern[k * 4099..k * 4099 + block_size].to_vec();
+            let crc = crc32fast::hash(&data) as i64;
+            (data, crc)
+        })
+        .collect()
+}
+
+/// One writer: every `writers`-th block, appended (retried on backpressure).
+struct Writer {
+    store: Arc<Store>,
+    contents: Arc<Vec<(Vec<u8>, i64)>>,
+    w: usize,
+    writers: usize,
+    partitions: i32,
+}
+
+impl Writer {
+    /// Appends this writer's blocks; returns how often the store answered
+    /// with backpressure.
+    async fn write(self, app: &'static str, blocks_total: usize) -> anyhow::Result<u64> {
+        let mut backoffs = 0u64;
+        for i in (self.w..blocks_total).step_by(self.writers) {
+            let (data, crc) = &self.contents[i % self.contents.len()];
+            let block = make_block(i as i64, self.w as i64, data, *crc);
+            let key = PartitionKey::new(app, 0, (i % self.partitions as usize) as i32);
+            loop {
+                match self.store.append(&key, vec![block.clone()], None).await {
+                    Ok(()) => break,
+                    Err(e) if e.is_backpressure() => {
+                        backoffs += 1;
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(e) => return Err(anyhow::anyhow!(e)),
+                }
+            }
+        }
+        Ok(backoffs)
+    }
+}
+
+/// A reader: partitions from `queue`, one at a time, like reducers.
+async fn read_partitions(
+    store: Arc<Store>,
+    queue: WorkQueue,
+    app: &'static str,
+    read_size: u64,
+) -> anyhow::Result<Tally> {
+    let mut tally = Tally::default();
+    while let Some(p) = queue.take() {
+        let key = PartitionKey::new(app, 0, p);
+        let (b, n) = read_partition(&store, &key, read_size).await?;
+        tally.items += b;
+        tally.bytes += n;
+    }
+    Ok(tally)
+}
+
+/// The raw sequential write and read of `total` bytes at `path` (then
+/// removed), on a blocking thread.
+async fn raw(path: &Path, total: u64) -> anyhow::Result<(Duration, Duration, bool)> {
+    let owned = path.to_path_buf();
+    let measured = tokio::task::spawn_blocking(move || raw_baseline(&owned, total)).await??;
+    let _ = std::fs::remove_file(path);
+    Ok(measured)
 }
 
 /// Reads a partition as a Uniffle reducer does (index, then data in

@@ -1,4 +1,4 @@
-//! `switchyard bench memory-wait`: how long a writer that found the memory
+//! `switchyard-bench memory-wait`: how long a writer that found the memory
 //! budget full waits after memory is released.
 //!
 //! Each round fills the budget with a reservation, starts `waiters` appends

@@ -1,4 +1,4 @@
-//! `switchyard bench overload`: many clients of both protocols at once push
+//! `switchyard-bench overload`: many clients of both protocols at once push
 //! several times the node's memory budget (Celeborn pushes and Uniffle sends at
 //! the same time, each half of them), commit, and read everything back,
 //! checking every batch and block. It prints the server's peak RSS against
@@ -14,9 +14,9 @@ use std::time::Instant;
 use anyhow::{ensure, Context};
 use bytesize::ByteSize;
 
-use super::celeborn::CelebornBenchArgs;
-use super::report::{self, gbps, mib};
-use super::uniffle::UniffleBenchArgs;
+use crate::celeborn::CelebornBenchArgs;
+use crate::report::{self, gbps, mib};
+use crate::uniffle::UniffleBenchArgs;
 
 /// Allowed beyond the two budgets: code, runtime, connection buffers.
 const OVERHEAD: u64 = 64 << 20;
@@ -48,9 +48,27 @@ pub struct OverloadBenchArgs {
 
 /// The body of a GET on the node's admin HTTP.
 async fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
-    crate::ctl::admin_get(&addr.to_string(), path)
+    let url = format!("http://{addr}{path}");
+    let client = reqwest::Client::builder()
+        // The admin port is inside the cluster network; never via a proxy.
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .context("cannot build the HTTP client")?;
+    let response = client
+        .get(&url)
+        .send()
         .await
-        .map(|(_, body)| body)
+        .with_context(|| format!("GET {url}"))?;
+    ensure!(
+        response.status().is_success(),
+        "GET {url} answered {}",
+        response.status()
+    );
+    response
+        .text()
+        .await
+        .with_context(|| format!("GET {url}: cannot read the answer"))
 }
 
 /// The backpressure a node has answered with so far.
@@ -105,9 +123,9 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
     // Both halves use one application id, as two unrelated clients of the
     // two protocols may: each protocol's namespace in the store keeps them
     // apart, and every byte read back is checked.
-    let app = super::app_id("bench-overload");
+    let app = crate::harness::app_id("bench-overload");
     let before = backpressure(args.admin).await?;
-    let celeborn = super::celeborn::run(CelebornBenchArgs {
+    let celeborn = crate::celeborn::run(CelebornBenchArgs {
         master: args.celeborn_master.clone(),
         size: per_protocol,
         mappers: clients,
@@ -120,7 +138,7 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
         read_replicas: false,
         rack_aware: false,
     });
-    let uniffle = super::uniffle::run(UniffleBenchArgs {
+    let uniffle = crate::uniffle::run(UniffleBenchArgs {
         coordinator: Some(args.uniffle_coordinator.clone()),
         server: Vec::new(),
         size: per_protocol,

@@ -1,4 +1,4 @@
-//! `switchyard bench cold`: P huge partitions are written straight to the
+//! `switchyard-bench cold`: P huge partitions are written straight to the
 //! cold tier (threshold 0), then read back two ways in the same run, each
 //! after dropping the page cache:
 //! - directly: every data object read sequentially through an OpenDAL
@@ -22,7 +22,8 @@ use switchyard_storage::{
     cold_operator, Block, BlockMeta, ColdBackend, ColdConfig, PartitionKey, Store, StoreConfig,
 };
 
-use super::report::{self, gbps, mib};
+use crate::harness::{self, histogram};
+use crate::report::{self, gbps, mib};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ColdBenchArgs {
@@ -51,14 +52,9 @@ pub struct ColdBenchArgs {
     pub memory: ByteSize,
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
-}
-
 fn cold_config(args: &ColdBenchArgs) -> anyhow::Result<ColdConfig> {
     Ok(match &args.config {
-        Some(path) => crate::config::GatewayConfig::from_file(path)?
-            .storage
+        Some(path) => storage_section(path)?
             .cold
             .with_context(|| format!("{} has no [storage.cold]", path.display()))?,
         None => {
@@ -67,6 +63,21 @@ fn cold_config(args: &ColdBenchArgs) -> anyhow::Result<ColdConfig> {
             ColdConfig::new(ColdBackend::Fs { root })
         }
     })
+}
+
+/// The `[storage]` table of a switchyard TOML, read by the storage crate's
+/// own types; the other tables are the gateway's and are left unread.
+fn storage_section(path: &std::path::Path) -> anyhow::Result<StoreConfig> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(default)]
+        storage: StoreConfig,
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    let file: File =
+        toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))?;
+    Ok(file.storage)
 }
 
 pub async fn run(args: ColdBenchArgs) -> anyhow::Result<()> {
@@ -116,45 +127,17 @@ pub async fn run(args: ColdBenchArgs) -> anyhow::Result<()> {
             .collect(),
     );
     let started = Instant::now();
-    let mut writers = Vec::new();
-    for p in 0..args.partitions {
-        let store = store.clone();
-        let app = app.clone();
-        let pattern = pattern.clone();
-        writers.push(tokio::spawn(async move {
-            let key = PartitionKey::new(app.as_str(), 0, p);
-            let mut crc = crc32fast::Hasher::new();
-            for i in 0..per_partition {
-                let shift = (i * 7 + p as usize * 13) % 4096;
-                let data = Bytes::copy_from_slice(&pattern[shift..shift + block_size]);
-                crc.update(&data);
-                let block = Block {
-                    meta: BlockMeta {
-                        block_id: i as i64,
-                        map_id: 0,
-                        batch_id: None,
-                        crc: 0,
-                        uncompressed_len: block_size as i32,
-                    },
-                    data,
-                };
-                loop {
-                    match store.append(&key, vec![block.clone()], None).await {
-                        Ok(()) => break,
-                        Err(e) if e.is_backpressure() => {
-                            tokio::time::sleep(Duration::from_millis(1)).await
-                        }
-                        Err(e) => return Err(anyhow::anyhow!(e)),
-                    }
-                }
-            }
-            Ok::<_, anyhow::Error>(crc.finalize())
-        }));
-    }
-    let mut crcs = Vec::new();
-    for w in writers {
-        crcs.push(w.await??);
-    }
+    let crcs = harness::run_tasks(args.partitions as usize, |p| {
+        let key = PartitionKey::new(app.as_str(), 0, p as i32);
+        write_partition(
+            store.clone(),
+            key,
+            pattern.clone(),
+            per_partition,
+            block_size,
+        )
+    })
+    .await?;
     store.flush_shuffle(&app, 0).await?;
     let write_time = started.elapsed();
     let tiers = store.status().tiers;
@@ -220,6 +203,41 @@ pub async fn run(args: ColdBenchArgs) -> anyhow::Result<()> {
         "cold objects left after removal"
     );
     Ok(())
+}
+
+/// Writes partition `key`'s blocks in order; returns the CRC of its bytes.
+async fn write_partition(
+    store: Arc<Store>,
+    key: PartitionKey,
+    pattern: Arc<Vec<u8>>,
+    per_partition: usize,
+    block_size: usize,
+) -> anyhow::Result<u32> {
+    let p = key.partition;
+    let mut crc = crc32fast::Hasher::new();
+    for i in 0..per_partition {
+        let shift = (i * 7 + p as usize * 13) % 4096;
+        let data = Bytes::copy_from_slice(&pattern[shift..shift + block_size]);
+        crc.update(&data);
+        let block = Block {
+            meta: BlockMeta {
+                block_id: i as i64,
+                map_id: 0,
+                batch_id: None,
+                crc: 0,
+                uncompressed_len: block_size as i32,
+            },
+            data,
+        };
+        loop {
+            match store.append(&key, vec![block.clone()], None).await {
+                Ok(()) => break,
+                Err(e) if e.is_backpressure() => tokio::time::sleep(Duration::from_millis(1)).await,
+                Err(e) => return Err(anyhow::anyhow!(e)),
+            }
+        }
+    }
+    Ok(crc.finalize())
 }
 
 /// Each data object read sequentially, one reader per object at a time,
