@@ -14,7 +14,7 @@ use switchyard_cluster::proto::cluster_server::ClusterServer;
 use switchyard_cluster::{
     AppBook, AppSyncer, ClusterService, Directory, Heartbeater, Role, APP_BOOK_RETENTION,
 };
-use switchyard_storage::{Secret, Store};
+use switchyard_storage::Store;
 use switchyard_uniffle::UniffleNode;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -203,10 +203,7 @@ pub async fn serve(
         if let Some(u) = &uniffle {
             let _ = feed.registry.set(u.nodes.clone());
         }
-        let secret = cluster
-            .secret
-            .clone()
-            .unwrap_or_else(|| Secret(String::new()));
+        let secret = cluster.secret.clone().unwrap_or_default();
         let coordinator_listener = Arc::new(CoordinatorListener {
             uniffle: feed,
             celeborn: celeborn.as_ref().map(|c| c.worker.clone()),

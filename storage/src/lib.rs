@@ -17,6 +17,7 @@ pub mod block;
 pub mod budget;
 mod cold;
 pub mod config;
+pub mod data_dir;
 mod direct;
 mod disk;
 pub mod error;
@@ -29,6 +30,7 @@ mod manifest;
 pub mod memory;
 mod partition;
 mod recovery;
+pub mod secret;
 mod segment;
 pub mod status;
 mod store;
@@ -39,7 +41,7 @@ pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN}
 pub use budget::{MemoryBudget, Reservation};
 pub use cold::{cold_operator, ColdStatus};
 pub use config::{
-    AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, RecoveryConfig, Secret,
+    AppConfig, ColdBackend, ColdConfig, ConfigError, DiskConfig, MemoryConfig, RecoveryConfig,
     StoreConfig,
 };
 pub use disk::{DiskHealth, DiskStatus};
@@ -50,6 +52,7 @@ pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use manifest::RecoveredNote;
 pub use memory::MemoryRead;
 pub use recovery::RecoveryStatus;
+pub use secret::Secret;
 pub use status::{ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
 pub use view::{Chunk, PartitionView, Run, SelectedView, Selection};

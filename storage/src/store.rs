@@ -114,7 +114,9 @@ impl Store {
         faults: Option<Arc<dyn DiskFaults>>,
         io: &(dyn Fn(&std::path::Path) -> Option<tokio::runtime::Handle> + Sync),
     ) -> Result<Arc<Store>> {
-        config.validate().map_err(StorageError::Config)?;
+        config
+            .validate()
+            .map_err(|e| StorageError::Config(e.to_string()))?;
         let mut disks = Vec::new();
         let health_changed = Arc::new(tokio::sync::Notify::new());
         for (i, dir) in config.disks.dirs.iter().enumerate() {
