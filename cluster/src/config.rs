@@ -99,37 +99,47 @@ impl ClusterConfig {
     }
 
     /// The checks `switchyard check-config` reports by key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.roles.is_empty() {
-            return Err("cluster.roles: name at least one role (coordinator, worker)".into());
+            return Err(ConfigError::NoRole);
         }
         if !self.is_fleet() {
             if !self.has(Role::Worker) {
-                return Err("cluster.roles: a coordinator-only node needs workers to place on: set cluster.coordinators (a node alone is always a worker)".into());
+                return Err(ConfigError::CoordinatorAlone);
             }
             return Ok(());
         }
-        if self.secret.as_ref().is_none_or(|s| s.expose().is_empty()) {
-            return Err("cluster.secret: required when cluster.coordinators is set (nodes refuse heartbeats without it)".into());
+        if self.secret.as_ref().is_none_or(Secret::is_empty) {
+            return Err(ConfigError::NoSecret);
         }
         for c in &self.coordinators {
             let ok = c
                 .rsplit_once(':')
                 .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
             if !ok {
-                return Err(format!(
-                    "cluster.coordinators: {c:?} is not host:port (such as 10.0.0.1:{DEFAULT_PORT})"
-                ));
+                return Err(ConfigError::Coordinator(c.clone()));
             }
         }
         if self.heartbeat_interval.is_zero() || self.worker_timeout <= self.heartbeat_interval {
-            return Err(
-                "cluster.worker_timeout must be longer than cluster.heartbeat_interval (> 0)"
-                    .into(),
-            );
+            return Err(ConfigError::Timeouts);
         }
         Ok(())
     }
+}
+
+/// Why a `[cluster]` section is refused; each text starts with its key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cluster.roles: name at least one role (coordinator, worker)")]
+    NoRole,
+    #[error("cluster.roles: a coordinator-only node needs workers to place on: set cluster.coordinators (a node alone is always a worker)")]
+    CoordinatorAlone,
+    #[error("cluster.secret: required when cluster.coordinators is set (nodes refuse heartbeats without it)")]
+    NoSecret,
+    #[error("cluster.coordinators: {0:?} is not host:port (such as 10.0.0.1:{DEFAULT_PORT})")]
+    Coordinator(String),
+    #[error("cluster.worker_timeout must be longer than cluster.heartbeat_interval (> 0)")]
+    Timeouts,
 }
 
 #[cfg(test)]
@@ -145,11 +155,19 @@ mod tests {
             coordinators: vec!["127.0.0.2:19980".into()],
             ..Default::default()
         };
-        assert!(fleet.validate().unwrap_err().contains("cluster.secret"));
+        assert!(fleet
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("cluster.secret"));
         fleet.secret = Some("s3cret".into());
         fleet.validate().unwrap();
         fleet.coordinators.push("nohost".into());
-        assert!(fleet.validate().unwrap_err().contains("\"nohost\""));
+        assert!(fleet
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("\"nohost\""));
         // Coordinator-only: in a fleet, not alone.
         let mut coordinator_only = ClusterConfig {
             roles: vec![Role::Coordinator],
@@ -158,6 +176,7 @@ mod tests {
         assert!(coordinator_only
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("coordinator-only"));
         coordinator_only.coordinators = vec!["127.0.0.2:19980".into()];
         coordinator_only.secret = Some("s3cret".into());

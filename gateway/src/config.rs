@@ -97,12 +97,21 @@ pub struct NodeConfig {
     pub rack: Option<String>,
 }
 
+/// Why a node id or rack is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("node.rack {0:?} must be 1 to 128 printable ASCII characters without spaces")]
+    Rack(String),
+    #[error("node id {0:?} must have 1 to {MAX_NODE_ID_LEN} characters")]
+    IdLength(String),
+    #[error("node id {0:?} has {1:?}: use only letters, digits, '.', '_' and '-'")]
+    IdCharacter(String, char),
+}
+
 /// A rack is 1 to 128 printable ASCII characters without spaces.
-pub fn check_rack(rack: &str) -> Result<(), String> {
+pub fn check_rack(rack: &str) -> Result<(), NameError> {
     if rack.is_empty() || rack.len() > 128 || !rack.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "node.rack {rack:?} must be 1 to 128 printable ASCII characters without spaces"
-        ));
+        return Err(NameError::Rack(rack.to_string()));
     }
     Ok(())
 }
@@ -112,19 +121,15 @@ pub const MAX_NODE_ID_LEN: usize = 64;
 
 /// A node id is 1 to 64 of `A-Z a-z 0-9 . _ -`: it goes into log lines,
 /// metric labels, Uniffle's server id and a file, unquoted.
-pub fn check_node_id(id: &str) -> Result<(), String> {
+pub fn check_node_id(id: &str) -> Result<(), NameError> {
     if id.is_empty() || id.len() > MAX_NODE_ID_LEN {
-        return Err(format!(
-            "node id {id:?} must have 1 to {MAX_NODE_ID_LEN} characters"
-        ));
+        return Err(NameError::IdLength(id.to_string()));
     }
     if let Some(c) = id
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        return Err(format!(
-            "node id {id:?} has {c:?}: use only letters, digits, '.', '_' and '-'"
-        ));
+        return Err(NameError::IdCharacter(id.to_string(), c));
     }
     Ok(())
 }
@@ -227,13 +232,12 @@ impl GatewayConfig {
     }
 
     /// The configuration as TOML, every key written out (defaults too),
-    /// with secrets (such as `storage.cold.secret_access_key`) replaced by
-    /// `"<redacted>"`. Sizes are shown as `bytesize` prints them: rounded
-    /// to one decimal of their largest unit.
+    /// with secrets (such as `storage.cold.secret_access_key`) shown as
+    /// `"<redacted>"`: a `Secret` serializes so. Sizes are shown as
+    /// `bytesize` prints them: rounded to one decimal of their largest unit.
     pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
-        let mut value =
+        let value =
             toml::Value::try_from(self).context("cannot render the configuration as TOML")?;
-        redact(&mut value);
         Ok(toml::to_string_pretty(&value)?)
     }
 
@@ -256,7 +260,7 @@ impl GatewayConfig {
             })?;
         }
         if let Some(v) = get(ENV_ADMIN_TOKEN) {
-            self.admin.token = Some(Secret(v.trim().to_string()));
+            self.admin.token = Some(Secret::new(v.trim()));
         }
         if let Some(v) = get(ENV_ROLES) {
             self.cluster.roles = v
@@ -273,7 +277,7 @@ impl GatewayConfig {
                 .collect::<anyhow::Result<_>>()?;
         }
         if let Some(v) = get(ENV_CLUSTER_SECRET) {
-            self.cluster.secret = Some(Secret(v.trim().to_string()));
+            self.cluster.secret = Some(Secret::new(v.trim()));
         }
         if let Some(v) = get(ENV_MEMORY_CAPACITY) {
             self.storage.memory.capacity = parse_size(ENV_MEMORY_CAPACITY, &v)?;
@@ -359,7 +363,7 @@ impl GatewayConfig {
                 .map_err(|e| anyhow::anyhow!("node.id (config file or {ENV_NODE_ID}): {e}"))?;
         }
         if let Some(rack) = &self.node.rack {
-            check_rack(rack).map_err(|e| anyhow::anyhow!(e))?;
+            check_rack(rack)?;
         }
         EnvFilter::try_new(&self.log.level).map_err(|e| {
             anyhow::anyhow!(
@@ -485,31 +489,6 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
         Some(t) if !t.is_empty() => format!("{t}.{key}"),
         _ => key.to_string(),
     })
-}
-
-/// Whether a key holds a secret that the printed configuration must not show.
-fn is_secret_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["secret", "password", "token", "credential"]
-        .iter()
-        .any(|word| key.contains(word))
-}
-
-/// Replaces every secret value (see [`is_secret_key`]) with `"<redacted>"`.
-fn redact(value: &mut toml::Value) {
-    match value {
-        toml::Value::Table(table) => {
-            for (key, v) in table.iter_mut() {
-                if is_secret_key(key) && !v.is_table() {
-                    *v = toml::Value::String("<redacted>".into());
-                } else {
-                    redact(v);
-                }
-            }
-        }
-        toml::Value::Array(items) => items.iter_mut().for_each(redact),
-        _ => {}
-    }
 }
 
 fn parse_size(var: &str, value: &str) -> anyhow::Result<ByteSize> {

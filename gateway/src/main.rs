@@ -48,7 +48,6 @@ use crate::config::GatewayConfig;
 const RUNTIME_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
-    tame_allocator();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
@@ -62,19 +61,6 @@ fn main() -> ExitCode {
             eprintln!("switchyard: error: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Pins glibc's mmap threshold at 128 KiB. By default glibc raises it each
-/// time a large buffer is freed, after which shuffle blocks (often 256 KiB to
-/// a few MiB) come from arenas whose freed space is not returned to the OS,
-/// and resident memory drifts far past the configured budget (measured: 364
-/// MiB for a 256 MiB budget; 276 MiB with the threshold pinned).
-fn tame_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning; called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
 }
 

@@ -9,7 +9,6 @@
 //! directory (a cold-tier-only node) nothing is persisted: without `node.id`
 //! each start has a new id.
 
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -17,12 +16,10 @@ use anyhow::Context;
 use serde::Serialize;
 use switchyard_celeborn::server::worker::WorkerAddr;
 use switchyard_celeborn::CelebornAddrs;
+use switchyard_storage::data_dir;
 use switchyard_uniffle::UniffleAddrs;
 
 use crate::config::check_node_id;
-
-/// The file in the first data directory that holds the id.
-pub const ID_FILE: &str = "node-id";
 
 /// Where the id in use came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -63,7 +60,7 @@ pub struct NodeIdentity {
 /// directory if needed. Fails on an unreadable or invalid `node-id` file, or
 /// when the id cannot be written.
 pub fn resolve(configured: Option<&str>, dirs: &[PathBuf]) -> anyhow::Result<NodeIdentity> {
-    let Some(dir) = dirs.first() else {
+    let (Some(dir), Some(file)) = (data_dir::state_dir(dirs), data_dir::node_id_path(dirs)) else {
         return Ok(match configured {
             Some(id) => NodeIdentity {
                 id: id.to_string(),
@@ -81,7 +78,6 @@ pub fn resolve(configured: Option<&str>, dirs: &[PathBuf]) -> anyhow::Result<Nod
     };
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
-    let file = dir.join(ID_FILE);
     let persisted = read_id(&file)?;
     let (id, source, replaced) = match (configured, persisted) {
         (Some(c), Some(p)) if c == p => (p, IdSource::Config, None),
@@ -127,25 +123,11 @@ fn read_id(file: &Path) -> anyhow::Result<Option<String>> {
     }
 }
 
-/// Writes `id` to a temporary file beside `file`, syncs it and renames it
-/// over `file`, then syncs the directory: a crash leaves the old id or the
-/// new one, never a torn file.
+/// Writes `id` and a newline to `file` atomically: a crash leaves the old
+/// id or the new one, never a torn file.
 fn write_id(file: &Path, id: &str) -> anyhow::Result<()> {
-    let tmp = file.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(format!("{id}\n").as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, file)?;
-        if let Some(dir) = file.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("cannot write the node id to {}", file.display()))
-    })
+    data_dir::write_atomic(file, format!("{id}\n").as_bytes())
+        .with_context(|| format!("cannot write the node id to {}", file.display()))
 }
 
 /// The `node` object of `/api/v1/status`: the id and the address at which
@@ -242,7 +224,7 @@ mod tests {
             first.id
         );
         check_node_id(&first.id).unwrap();
-        let file = root.path().join("d1").join(ID_FILE);
+        let file = root.path().join("d1").join(data_dir::NODE_ID_FILE);
         assert_eq!(first.file.as_deref(), Some(file.as_path()));
         assert_eq!(
             std::fs::read_to_string(&file).unwrap(),
@@ -253,7 +235,7 @@ mod tests {
             "only the first dir is used"
         );
         assert!(
-            !file.with_extension("tmp").exists(),
+            !data_dir::temp_path(&file).exists(),
             "no temporary file left"
         );
 
@@ -291,15 +273,18 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("d1");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(ID_FILE), "not an id\n").unwrap();
+        std::fs::write(dir.join(data_dir::NODE_ID_FILE), "not an id\n").unwrap();
         let err = format!("{:#}", resolve(None, &dirs(root.path())).unwrap_err());
         assert!(
-            err.contains(ID_FILE) && err.contains("no valid node id"),
+            err.contains(data_dir::NODE_ID_FILE) && err.contains("no valid node id"),
             "{err}"
         );
         // A configured id replaces even a bad file.
         assert_eq!(resolve(Some("n1"), &dirs(root.path())).unwrap().id, "n1");
-        assert_eq!(std::fs::read_to_string(dir.join(ID_FILE)).unwrap(), "n1\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(data_dir::NODE_ID_FILE)).unwrap(),
+            "n1\n"
+        );
     }
 
     #[test]

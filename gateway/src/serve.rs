@@ -2,11 +2,13 @@
 //! store, starts the Uniffle and Celeborn roles, serves admin HTTP, and shuts
 //! down in order on SIGTERM or Ctrl-C.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use metrics_exporter_prometheus::PrometheusHandle;
 use switchyard_celeborn::server::fleet::Fleet;
 use switchyard_celeborn::server::node::FleetFactory;
 use switchyard_celeborn::CelebornNode;
@@ -14,11 +16,12 @@ use switchyard_cluster::proto::cluster_server::ClusterServer;
 use switchyard_cluster::{
     AppBook, AppSyncer, ClusterService, Directory, Heartbeater, Role, APP_BOOK_RETENTION,
 };
-use switchyard_storage::{Secret, Store};
+use switchyard_storage::Store;
 use switchyard_uniffle::UniffleNode;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -29,7 +32,7 @@ use crate::decommission::Decommission;
 use crate::fleet::{
     CelebornFleet, Coordination, CoordinatorListener, FleetSecrets, NodeWorker, UniffleFeed,
 };
-use crate::node::{self, CelebornStatus, IdSource, NodeStatus, UniffleStatus};
+use crate::node::{self, CelebornStatus, IdSource, NodeIdentity, NodeStatus, UniffleStatus};
 use crate::telemetry::{self, NodeField};
 
 /// How long in-flight admin requests may take to finish after a shutdown
@@ -61,6 +64,11 @@ impl ShutdownSignals {
 
 /// Runs the node until a signal. `config_path` is only logged; `log_node`
 /// receives the node id once it is known, for every later log line.
+///
+/// The steps, in this order: bind the admin port, settle the node id,
+/// install the metrics recorder, open the store, start the roles, serve
+/// admin HTTP until a signal (or the end of a decommission), then shut
+/// down: roles first, the store last.
 pub async fn serve(
     mut config: GatewayConfig,
     config_path: Option<PathBuf>,
@@ -78,10 +86,62 @@ pub async fn serve(
 
     // Then the node id, so that every log line and metric from here on
     // carries it.
+    let identity = settle_identity(&config, config_path.as_deref(), &log_node)?;
+    // Before the store opens, so that its metrics reach the recorder.
+    let metrics = telemetry::install_metrics(&identity.id)?;
+    config.uniffle.server_id = Some(identity.id.clone());
+    let upkeep = spawn_metrics_upkeep(metrics.clone());
+
+    let store = open_store(&config, numa).await?;
+    let roles = Roles::start(&config, &identity, &store, admin_addr).await?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let throughput = ThroughputHistory::new();
+    tokio::spawn(throughput.clone().run(stop_rx.clone()));
+    let app = admin::router(AdminState {
+        store: store.clone(),
+        metrics,
+        started,
+        node: Arc::new(roles.status(&identity, &config, admin_addr)),
+        throughput,
+        coordination: roles.coordination.clone(),
+        decommission: roles.decommission.clone(),
+        token: config.admin.token.clone(),
+    });
+    let admin_server = spawn_admin(listener, app, stop_rx);
+    info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/cluster /api/v1/throughput)");
+
+    let decommissioned = roles.decommission.finished(
+        &store,
+        config.cluster.decommission_check_interval,
+        config.cluster.decommission_timeout,
+    );
+    let result = run_until_stopped(&mut signals, decommissioned, admin_server, stop_tx).await;
+    exit_on_second_signal(signals);
+
+    roles.shutdown().await;
+    info!("shutting down the store: flushing buffered data");
+    let flush_started = Instant::now();
+    store.shutdown().await;
+    info!(took = ?flush_started.elapsed(), "store closed");
+    upkeep.abort();
+    if result.is_ok() {
+        info!(uptime = ?started.elapsed(), "switchyard stopped");
+    }
+    result
+}
+
+/// Decides the node id (`node::resolve`), hands it to the log formatter and
+/// logs where the configuration and the id came from.
+fn settle_identity(
+    config: &GatewayConfig,
+    config_path: Option<&Path>,
+    log_node: &NodeField,
+) -> anyhow::Result<NodeIdentity> {
     let identity = node::resolve(config.node.id.as_deref(), &config.storage.disks.dirs)
         .context("cannot establish the node id")?;
     log_node.set(&identity.id);
-    match &config_path {
+    match config_path {
         Some(path) => info!(config = %path.display(), "configuration loaded"),
         None => info!("no --config given: built-in defaults (and SWITCHYARD_* overrides)"),
     }
@@ -98,21 +158,24 @@ pub async fn serve(
     if identity.source == IdSource::Ephemeral {
         warn!("no data directory to persist the node id in: it changes on every start unless node.id is set");
     }
-    // Before the store opens, so that its metrics reach the recorder.
-    let metrics = telemetry::install_metrics(&identity.id)?;
-    config.uniffle.server_id = Some(identity.id.clone());
+    Ok(identity)
+}
 
-    let upkeep = tokio::spawn({
-        let metrics = metrics.clone();
-        async move {
-            let mut tick = tokio::time::interval(telemetry::UPKEEP_INTERVAL);
-            loop {
-                tick.tick().await;
-                metrics.run_upkeep();
-            }
+/// The Prometheus recorder's periodic upkeep (histogram decay), until aborted.
+fn spawn_metrics_upkeep(metrics: PrometheusHandle) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(telemetry::UPKEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            metrics.run_upkeep();
         }
-    });
+    })
+}
 
+async fn open_store(
+    config: &GatewayConfig,
+    numa: Option<&crate::numa::NodeRuntimes>,
+) -> anyhow::Result<Arc<Store>> {
     info!(
         version = admin::VERSION,
         memory = %config.storage.memory.capacity,
@@ -135,125 +198,89 @@ pub async fn serve(
         );
     }
     info!(ready = store.is_ready(), "store open");
+    Ok(store)
+}
 
-    // A coordinator of a fleet places on the workers that heartbeat it;
-    // a node alone, on itself.
-    let cluster = &config.cluster;
-    let cluster_cancel = CancellationToken::new();
-    // Coordinators exchange their app books; a coordinator warms up until
-    // it has done so once with every peer, and for `cluster.warmup`.
-    let (coordination, syncer) = if cluster.is_fleet() && cluster.has(Role::Coordinator) {
-        let apps = Arc::new(AppBook::new(config.celeborn.app_timeout));
-        let syncer = AppSyncer::start(
-            cluster,
-            identity.id.clone(),
-            apps.clone(),
-            cluster_cancel.clone(),
-        )
-        .context("invalid cluster.coordinators")?;
-        let coordination = Arc::new(Coordination {
-            directory: Arc::new(Directory::new(cluster.worker_timeout)),
-            apps,
-            warm_at: Instant::now() + cluster.warmup,
-            synced: syncer.synced(),
-        });
-        (Some(coordination), Some(syncer))
-    } else {
-        (None, None)
-    };
-    let cluster_listener = match &coordination {
-        Some(_) => Some(
-            TcpListener::bind(cluster.listen)
-                .await
-                .with_context(|| format!("cannot listen on cluster.listen {}", cluster.listen))?,
-        ),
-        None => None,
-    };
+/// Everything this node runs besides the store and admin HTTP: the
+/// protocol roles and, in a fleet, the cluster protocol's tasks. Protocol
+/// listeners hold a clone of the store and stop before `store.shutdown()`.
+struct Roles {
+    uniffle: Option<UniffleNode>,
+    celeborn: Option<CelebornNode>,
+    /// Set on a coordinator of a fleet.
+    coordination: Option<Arc<Coordination>>,
+    decommission: Arc<Decommission>,
+    cluster_cancel: CancellationToken,
+    heartbeater: Option<Heartbeater>,
+    syncer: Option<AppSyncer>,
+    cluster_tasks: Vec<JoinHandle<()>>,
+}
 
-    // Protocol listeners hold a clone of `store` and stop before
-    // `store.shutdown()` below.
-    let uniffle = if config.uniffle.enabled {
-        Some(
-            UniffleNode::start(config.uniffle.clone(), store.clone())
-                .await
-                .context("cannot start the Uniffle roles")?,
-        )
-    } else {
-        info!("uniffle roles disabled");
-        None
-    };
-    let celeborn = if config.celeborn.enabled {
-        let fleet = coordination.as_ref().map(|c| {
-            let fleet: Arc<dyn Fleet> = Arc::new(CelebornFleet(c.clone()));
-            Box::new(move |_| fleet) as FleetFactory
-        });
-        Some(
-            CelebornNode::start_in(config.celeborn.clone(), store.clone(), fleet)
-                .await
-                .context("cannot start the Celeborn roles")?,
-        )
-    } else {
-        info!("celeborn roles disabled");
-        None
-    };
-
-    let mut cluster_tasks = Vec::new();
-    if let (Some(c), Some(listener)) = (&coordination, cluster_listener) {
-        let feed = Arc::new(UniffleFeed::default());
-        if let Some(u) = &uniffle {
-            let _ = feed.registry.set(u.nodes.clone());
+impl Roles {
+    async fn start(
+        config: &GatewayConfig,
+        identity: &NodeIdentity,
+        store: &Arc<Store>,
+        admin_addr: SocketAddr,
+    ) -> anyhow::Result<Roles> {
+        let cluster = &config.cluster;
+        let cluster_cancel = CancellationToken::new();
+        let (coordination, syncer) = start_coordination(config, identity, &cluster_cancel)?;
+        let cluster_listener =
+            match &coordination {
+                Some(_) => Some(TcpListener::bind(cluster.listen).await.with_context(|| {
+                    format!("cannot listen on cluster.listen {}", cluster.listen)
+                })?),
+                None => None,
+            };
+        let uniffle = start_uniffle(config, store).await?;
+        let celeborn = start_celeborn(config, store, coordination.as_ref()).await?;
+        let mut cluster_tasks = Vec::new();
+        if let (Some(c), Some(listener)) = (&coordination, cluster_listener) {
+            cluster_tasks = serve_coordinator(
+                c,
+                listener,
+                config,
+                identity,
+                (uniffle.as_ref(), celeborn.as_ref()),
+                &cluster_cancel,
+            )?;
         }
-        let secret = cluster
-            .secret
-            .clone()
-            .unwrap_or_else(|| Secret(String::new()));
-        let coordinator_listener = Arc::new(CoordinatorListener {
-            uniffle: feed,
-            celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
-        });
-        let service = ClusterService::new(
-            identity.id.clone(),
-            c.directory.clone(),
-            c.apps.clone(),
-            secret,
-            coordinator_listener,
-        );
-        let cancel = cluster_cancel.clone();
-        let addr = listener.local_addr()?;
-        cluster_tasks.push(tokio::spawn(async move {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            if let Err(e) = tonic::transport::Server::builder()
-                .timeout(Duration::from_secs(30))
-                .add_service(ClusterServer::new(service))
-                .serve_with_incoming_shutdown(incoming, cancel.cancelled())
-                .await
-            {
-                error!(error = %e, "cluster protocol server stopped");
-            }
-        }));
-        let apps = c.apps.clone();
-        let cancel = cluster_cancel.clone();
-        cluster_tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(60)) => apps.prune(APP_BOOK_RETENTION),
-                }
-            }
-        }));
-        info!(%addr, warmup = ?cluster.warmup, "cluster coordinator listening; drivers are refused until the warm-up ends");
+        let mut draining = Vec::new();
+        if let Some(u) = &uniffle {
+            draining.push(u.draining.clone());
+        }
+        if let Some(c) = &celeborn {
+            draining.push(c.worker.draining.clone());
+        }
+        let mut roles = Roles {
+            uniffle,
+            celeborn,
+            coordination,
+            decommission: Decommission::new(draining),
+            cluster_cancel,
+            heartbeater: None,
+            syncer,
+            cluster_tasks,
+        };
+        roles.heartbeater = roles.start_heartbeat(config, identity, store, admin_addr)?;
+        Ok(roles)
     }
-    let mut draining = Vec::new();
-    if let Some(u) = &uniffle {
-        draining.push(u.draining.clone());
-    }
-    if let Some(c) = &celeborn {
-        draining.push(c.worker.draining.clone());
-    }
-    let decommission = Decommission::new(draining);
-    // A coordinator-only node is no worker: it heartbeats no one.
-    let heartbeater = if cluster.is_fleet() && cluster.has(Role::Worker) {
+
+    /// In a fleet, a worker heartbeats the coordinators; a coordinator-only
+    /// node is no worker: it heartbeats no one.
+    fn start_heartbeat(
+        &self,
+        config: &GatewayConfig,
+        identity: &NodeIdentity,
+        store: &Arc<Store>,
+        admin_addr: SocketAddr,
+    ) -> anyhow::Result<Option<Heartbeater>> {
+        let cluster = &config.cluster;
+        if !(cluster.is_fleet() && cluster.has(Role::Worker)) {
+            return Ok(None);
+        }
+        let (uniffle, celeborn) = (&self.uniffle, &self.celeborn);
         let worker = Arc::new(NodeWorker {
             node_id: identity.id.clone(),
             // Where others reach this node's admin port: node.host when it
@@ -268,7 +295,7 @@ pub async fn serve(
             store: store.clone(),
             uniffle: uniffle.as_ref().map(|u| (u.addrs.clone(), u.tags.clone())),
             celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
-            decommission: decommission.clone(),
+            decommission: self.decommission.clone(),
         });
         // Celeborn secrets registered on another node's master are fetched
         // from the coordinators when a client authenticates here.
@@ -278,50 +305,206 @@ pub async fn serve(
             secrets.set_remote(Arc::new(FleetSecrets(lookup)));
         }
         info!(coordinators = ?cluster.coordinators, "heartbeating the fleet's coordinators");
-        Some(
-            Heartbeater::start(cluster, worker, cluster_cancel.clone())
+        Ok(Some(
+            Heartbeater::start(cluster, worker, self.cluster_cancel.clone())
                 .context("invalid cluster.coordinators")?,
-        )
-    } else {
-        None
-    };
+        ))
+    }
 
-    let node_status = NodeStatus {
-        id: identity.id.clone(),
-        id_source: identity.source,
-        host: config.node.host,
-        admin: admin_addr,
-        uniffle: uniffle.as_ref().map(|n| UniffleStatus::new(&n.addrs)),
-        celeborn: celeborn.as_ref().map(|n| CelebornStatus::new(&n.addrs)),
-    };
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let throughput = ThroughputHistory::new();
-    tokio::spawn(throughput.clone().run(stop_rx.clone()));
-    let app = admin::router(AdminState {
-        store: store.clone(),
-        metrics,
-        started,
-        node: Arc::new(node_status),
-        throughput,
-        coordination: coordination.clone(),
-        decommission: decommission.clone(),
-        token: config.admin.token.clone(),
+    /// The `node` object of `/api/v1/status`.
+    fn status(
+        &self,
+        identity: &NodeIdentity,
+        config: &GatewayConfig,
+        admin_addr: SocketAddr,
+    ) -> NodeStatus {
+        NodeStatus {
+            id: identity.id.clone(),
+            id_source: identity.source,
+            host: config.node.host,
+            admin: admin_addr,
+            uniffle: self.uniffle.as_ref().map(|n| UniffleStatus::new(&n.addrs)),
+            celeborn: self
+                .celeborn
+                .as_ref()
+                .map(|n| CelebornStatus::new(&n.addrs)),
+        }
+    }
+
+    /// Stops the roles, store left running: Celeborn clients are told to
+    /// move first, then the cluster tasks end, then the listeners close.
+    async fn shutdown(self) {
+        // Celeborn clients move their pushes elsewhere while every port is
+        // still open (heartbeats go on meanwhile).
+        if let Some(node) = &self.celeborn {
+            node.drain().await;
+        }
+        self.cluster_cancel.cancel();
+        if let Some(h) = self.heartbeater {
+            h.stop().await;
+        }
+        if let Some(s) = self.syncer {
+            s.stop().await;
+        }
+        for t in self.cluster_tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+        if let Some(node) = self.uniffle {
+            info!("closing the Uniffle listeners");
+            node.shutdown().await;
+        }
+        if let Some(node) = self.celeborn {
+            info!("closing the Celeborn listeners");
+            node.shutdown().await;
+        }
+    }
+}
+
+/// A coordinator of a fleet places on the workers that heartbeat it; a
+/// node alone, on itself. Coordinators exchange their app books; a
+/// coordinator warms up until it has done so once with every peer, and for
+/// `cluster.warmup`.
+fn start_coordination(
+    config: &GatewayConfig,
+    identity: &NodeIdentity,
+    cluster_cancel: &CancellationToken,
+) -> anyhow::Result<(Option<Arc<Coordination>>, Option<AppSyncer>)> {
+    let cluster = &config.cluster;
+    if !(cluster.is_fleet() && cluster.has(Role::Coordinator)) {
+        return Ok((None, None));
+    }
+    let apps = Arc::new(AppBook::new(config.celeborn.app_timeout));
+    let syncer = AppSyncer::start(
+        cluster,
+        identity.id.clone(),
+        apps.clone(),
+        cluster_cancel.clone(),
+    )
+    .context("invalid cluster.coordinators")?;
+    let coordination = Arc::new(Coordination {
+        directory: Arc::new(Directory::new(cluster.worker_timeout)),
+        apps,
+        warm_at: Instant::now() + cluster.warmup,
+        synced: syncer.synced(),
     });
-    let mut admin_server = tokio::spawn(async move {
+    Ok((Some(coordination), Some(syncer)))
+}
+
+async fn start_uniffle(
+    config: &GatewayConfig,
+    store: &Arc<Store>,
+) -> anyhow::Result<Option<UniffleNode>> {
+    if !config.uniffle.enabled {
+        info!("uniffle roles disabled");
+        return Ok(None);
+    }
+    let node = UniffleNode::start(config.uniffle.clone(), store.clone())
+        .await
+        .context("cannot start the Uniffle roles")?;
+    Ok(Some(node))
+}
+
+async fn start_celeborn(
+    config: &GatewayConfig,
+    store: &Arc<Store>,
+    coordination: Option<&Arc<Coordination>>,
+) -> anyhow::Result<Option<CelebornNode>> {
+    if !config.celeborn.enabled {
+        info!("celeborn roles disabled");
+        return Ok(None);
+    }
+    let fleet = coordination.map(|c| {
+        let fleet: Arc<dyn Fleet> = Arc::new(CelebornFleet(c.clone()));
+        Box::new(move |_| fleet) as FleetFactory
+    });
+    let node = CelebornNode::start_in(config.celeborn.clone(), store.clone(), fleet)
+        .await
+        .context("cannot start the Celeborn roles")?;
+    Ok(Some(node))
+}
+
+/// A coordinator's cluster protocol server on `listener`, and the task that
+/// prunes its app book, until `cancel`.
+fn serve_coordinator(
+    c: &Coordination,
+    listener: TcpListener,
+    config: &GatewayConfig,
+    identity: &NodeIdentity,
+    (uniffle, celeborn): (Option<&UniffleNode>, Option<&CelebornNode>),
+    cancel: &CancellationToken,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let cluster = &config.cluster;
+    let feed = Arc::new(UniffleFeed::default());
+    if let Some(u) = uniffle {
+        let _ = feed.registry.set(u.nodes.clone());
+    }
+    let secret = cluster.secret.clone().unwrap_or_default();
+    let coordinator_listener = Arc::new(CoordinatorListener {
+        uniffle: feed,
+        celeborn: celeborn.map(|c| c.worker.clone()),
+    });
+    let service = ClusterService::new(
+        identity.id.clone(),
+        c.directory.clone(),
+        c.apps.clone(),
+        secret,
+        coordinator_listener,
+    );
+    let addr = listener.local_addr()?;
+    let mut tasks = Vec::new();
+    let stop = cancel.clone();
+    tasks.push(tokio::spawn(async move {
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        if let Err(e) = tonic::transport::Server::builder()
+            .timeout(Duration::from_secs(30))
+            .add_service(ClusterServer::new(service))
+            .serve_with_incoming_shutdown(incoming, stop.cancelled())
+            .await
+        {
+            error!(error = %e, "cluster protocol server stopped");
+        }
+    }));
+    let apps = c.apps.clone();
+    let stop = cancel.clone();
+    tasks.push(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(60)) => apps.prune(APP_BOOK_RETENTION),
+            }
+        }
+    }));
+    info!(%addr, warmup = ?cluster.warmup, "cluster coordinator listening; drivers are refused until the warm-up ends");
+    Ok(tasks)
+}
+
+type AdminServer = JoinHandle<std::io::Result<()>>;
+
+/// Admin HTTP on `listener` until `stop` turns true.
+fn spawn_admin(
+    listener: TcpListener,
+    app: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) -> AdminServer {
+    tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
-                let _ = stop_rx.wait_for(|stop| *stop).await;
+                let _ = stop.wait_for(|stop| *stop).await;
             })
             .await
-    });
-    info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/cluster /api/v1/throughput)");
+    })
+}
 
-    let mut result = Ok(());
-    let decommissioned = decommission.finished(
-        &store,
-        cluster.decommission_check_interval,
-        cluster.decommission_timeout,
-    );
+/// Waits for a signal or the end of a decommission, then closes admin HTTP
+/// (its requests get `ADMIN_DRAIN_TIMEOUT`); an admin server that stops on
+/// its own is an error.
+async fn run_until_stopped(
+    signals: &mut ShutdownSignals,
+    decommissioned: impl std::future::Future<Output = ()>,
+    mut admin_server: AdminServer,
+    stop_tx: watch::Sender<bool>,
+) -> anyhow::Result<()> {
     tokio::select! {
         reason = async {
             tokio::select! {
@@ -340,6 +523,7 @@ pub async fn serve(
                     admin_server.abort();
                 }
             }
+            Ok(())
         }
         ended = &mut admin_server => {
             let err = match ended {
@@ -348,11 +532,13 @@ pub async fn serve(
                 Err(e) => anyhow::Error::new(e).context("admin HTTP task failed"),
             };
             error!(error = format!("{err:#}"), "shutting down");
-            result = Err(err);
+            Err(err)
         }
     }
+}
 
-    // A second signal skips the rest of the shutdown.
+/// A second signal skips the rest of the shutdown.
+fn exit_on_second_signal(mut signals: ShutdownSignals) {
     tokio::spawn(async move {
         let signal = signals.recv().await;
         warn!(
@@ -361,37 +547,4 @@ pub async fn serve(
         );
         std::process::exit(130);
     });
-
-    // Celeborn clients move their pushes elsewhere while every port is
-    // still open (heartbeats go on meanwhile).
-    if let Some(node) = &celeborn {
-        node.drain().await;
-    }
-    cluster_cancel.cancel();
-    if let Some(h) = heartbeater {
-        h.stop().await;
-    }
-    if let Some(s) = syncer {
-        s.stop().await;
-    }
-    for t in cluster_tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-    }
-    if let Some(node) = uniffle {
-        info!("closing the Uniffle listeners");
-        node.shutdown().await;
-    }
-    if let Some(node) = celeborn {
-        info!("closing the Celeborn listeners");
-        node.shutdown().await;
-    }
-    info!("shutting down the store: flushing buffered data");
-    let flush_started = Instant::now();
-    store.shutdown().await;
-    info!(took = ?flush_started.elapsed(), "store closed");
-    upkeep.abort();
-    if result.is_ok() {
-        info!(uptime = ?started.elapsed(), "switchyard stopped");
-    }
-    result
 }

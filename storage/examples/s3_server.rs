@@ -29,6 +29,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use s3s::auth::SimpleAuth;
 use s3s::service::S3ServiceBuilder;
+use switchyard_storage::data_dir::write_atomic;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -48,7 +49,40 @@ struct Args {
 const USAGE: &str = "usage: s3_server --root DIR [--listen 127.0.0.1:0] [--bucket NAME]... \
                      [--address-file FILE] [--exit-on-stdin-eof]";
 
-fn parse_args() -> Result<Args, String> {
+/// A command line the server does not take; exit status 2.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    #[error("{USAGE}")]
+    Help,
+    #[error("{0} needs a value")]
+    NoValue(String),
+    #[error("--listen {0:?}: {1} (want IP:PORT)")]
+    Listen(String, std::net::AddrParseError),
+    #[error("unknown argument {0:?}\n{USAGE}")]
+    Unknown(String),
+    #[error("--root is required\n{USAGE}")]
+    NoRoot,
+    #[error("bad bucket name {0:?}")]
+    Bucket(String),
+}
+
+/// Why the server could not start; exit status 1.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("create {0}: {1}")]
+    Bucket(String, std::io::Error),
+    #[error("s3s-fs over {0}: {1:?}")]
+    Fs(String, s3s_fs::Error),
+    #[error("bind {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    #[error("write {0}: {1}")]
+    AddressFile(String, std::io::Error),
+    /// The bound address or a signal handler.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn parse_args() -> Result<Args, ArgsError> {
     let mut root = None;
     let mut listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut buckets = Vec::new();
@@ -56,26 +90,24 @@ fn parse_args() -> Result<Args, String> {
     let mut exit_on_stdin_eof = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let mut value = |name: &str| it.next().ok_or_else(|| ArgsError::NoValue(name.into()));
         match arg.as_str() {
             "--root" => root = Some(PathBuf::from(value("--root")?)),
             "--listen" => {
                 let v = value("--listen")?;
-                listen = v
-                    .parse()
-                    .map_err(|e| format!("--listen {v:?}: {e} (want IP:PORT)"))?;
+                listen = v.parse().map_err(|e| ArgsError::Listen(v, e))?;
             }
             "--bucket" => buckets.push(value("--bucket")?),
             "--address-file" => address_file = Some(PathBuf::from(value("--address-file")?)),
             "--exit-on-stdin-eof" => exit_on_stdin_eof = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+            "-h" | "--help" => return Err(ArgsError::Help),
+            other => return Err(ArgsError::Unknown(other.into())),
         }
     }
-    let root = root.ok_or_else(|| format!("--root is required\n{USAGE}"))?;
+    let root = root.ok_or(ArgsError::NoRoot)?;
     for b in &buckets {
         if b.is_empty() || b.contains('/') || b.starts_with('.') {
-            return Err(format!("bad bucket name {b:?}"));
+            return Err(ArgsError::Bucket(b.clone()));
         }
     }
     Ok(Args {
@@ -112,14 +144,15 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
+async fn run(args: Args) -> Result<(), StartError> {
     for b in &args.buckets {
         // s3s-fs keeps a bucket as a directory below its root.
         let dir = args.root.join(b);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| StartError::Bucket(dir.display().to_string(), e))?;
     }
     let fs = s3s_fs::FileSystem::new(&args.root)
-        .map_err(|e| format!("s3s-fs over {}: {e:?}", args.root.display()))?;
+        .map_err(|e| StartError::Fs(args.root.display().to_string(), e))?;
     let service = {
         let mut b = S3ServiceBuilder::new(fs);
         b.set_auth(SimpleAuth::from_single(
@@ -130,13 +163,11 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let listener = TcpListener::bind(args.listen)
         .await
-        .map_err(|e| format!("bind {}: {e}", args.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| StartError::Bind(args.listen, e))?;
+    let addr = listener.local_addr()?;
     if let Some(file) = &args.address_file {
-        let tmp = file.with_extension("tmp");
-        std::fs::write(&tmp, format!("{addr}\n"))
-            .and_then(|()| std::fs::rename(&tmp, file))
-            .map_err(|e| format!("write {}: {e}", file.display()))?;
+        write_atomic(file, format!("{addr}\n").as_bytes())
+            .map_err(|e| StartError::AddressFile(file.display().to_string(), e))?;
     }
     println!(
         "s3_server listening on http://{addr}, root {}, buckets {:?}",
@@ -144,8 +175,8 @@ async fn run(args: Args) -> Result<(), String> {
         args.buckets
     );
 
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let (eof_tx, mut eof) = tokio::sync::oneshot::channel::<()>();
     if args.exit_on_stdin_eof {
         tokio::spawn(async move {

@@ -7,6 +7,8 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
+pub use crate::secret::Secret;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
@@ -345,38 +347,6 @@ impl ColdBackend {
     }
 }
 
-/// A secret read from the config: `Debug` does not print it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether `sent` is this secret, compared in constant time; an empty
-    /// secret matches nothing.
-    pub fn matches(&self, sent: &[u8]) -> bool {
-        let b = self.0.as_bytes();
-        !b.is_empty()
-            && sent.len() == b.len()
-            && sent.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"<redacted>\"")
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(s: &str) -> Self {
-        Secret(s.to_string())
-    }
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AppConfig {
@@ -471,43 +441,68 @@ impl RecoveryConfig {
         if !self.enabled {
             return None;
         }
-        self.path.clone().or_else(|| {
-            disks
-                .dirs
-                .first()
-                .map(|d| d.join(".switchyard").join("manifest.redb"))
-        })
+        self.path
+            .clone()
+            .or_else(|| crate::data_dir::default_manifest_path(&disks.dirs))
     }
 }
 
+/// Why a store configuration is refused. Each text names the keys
+/// (relative to `[storage]`) and what they must be.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A value outside what its key takes.
+    #[error("{key} must {rule}")]
+    Invalid {
+        key: &'static str,
+        rule: &'static str,
+    },
+    #[error("memory watermarks need 0 < low_watermark < high_watermark <= 1")]
+    Watermarks,
+    #[error("configure at least one disks.dirs entry or a cold tier")]
+    NowhereToStore,
+    /// Two keys set one without the other.
+    #[error("{0} and {1} go together")]
+    Together(&'static str, &'static str),
+    #[error("cold.name_node must be an hdfs:// address, not {0:?}")]
+    NameNode(String),
+}
+
+fn invalid(key: &'static str, rule: &'static str) -> ConfigError {
+    ConfigError::Invalid { key, rule }
+}
+
 impl StoreConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let m = &self.memory;
         if m.capacity.as_u64() == 0 {
-            return Err("memory.capacity must be > 0".into());
+            return Err(invalid("memory.capacity", "be > 0"));
         }
         if m.read_capacity.as_u64() < 1024 {
-            return Err("memory.read_capacity must be at least 1 KiB".into());
+            return Err(invalid("memory.read_capacity", "be at least 1 KiB"));
         }
         if !(0.0 < m.low_watermark && m.low_watermark < m.high_watermark && m.high_watermark <= 1.0)
         {
-            return Err("memory watermarks need 0 < low_watermark < high_watermark <= 1".into());
+            return Err(ConfigError::Watermarks);
         }
         let d = &self.disks;
         if d.dirs.is_empty() && self.cold.is_none() {
-            return Err("configure at least one disks.dirs entry or a cold tier".into());
+            return Err(ConfigError::NowhereToStore);
         }
         if d.capacity.is_some_and(|c| c.as_u64() == 0) {
-            return Err("disks.capacity must be > 0 when set".into());
+            return Err(invalid("disks.capacity", "be > 0 when set"));
         }
         if d.write_concurrency == 0 || d.read_concurrency == 0 {
-            return Err("disks.write_concurrency and disks.read_concurrency must be > 0".into());
+            return Err(invalid(
+                "disks.write_concurrency and disks.read_concurrency",
+                "be > 0",
+            ));
         }
         if d.io_timeout.is_zero() {
-            return Err("disks.io_timeout must be > 0".into());
+            return Err(invalid("disks.io_timeout", "be > 0"));
         }
         if self.commit_timeout.is_zero() {
-            return Err("commit_timeout must be > 0".into());
+            return Err(invalid("commit_timeout", "be > 0"));
         }
         if let Some(c) = &self.cold {
             c.validate()?;
@@ -517,24 +512,27 @@ impl StoreConfig {
 }
 
 impl ColdConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.write_concurrency == 0
             || self.max_requests == 0
             || self.upload_part_concurrency == 0
         {
-            return Err(
-                "cold.write_concurrency, cold.max_requests and cold.upload_part_concurrency must be > 0"
-                    .into(),
-            );
+            return Err(invalid(
+                "cold.write_concurrency, cold.max_requests and cold.upload_part_concurrency",
+                "be > 0",
+            ));
         }
         if self.upload_part_size.as_u64() < 1024 * 1024 {
-            return Err("cold.upload_part_size must be at least 1 MiB".into());
+            return Err(invalid("cold.upload_part_size", "be at least 1 MiB"));
         }
         if self.io_timeout.is_zero() {
-            return Err("cold.io_timeout must be > 0".into());
+            return Err(invalid("cold.io_timeout", "be > 0"));
         }
         if self.read_cache.as_u64() > 0 && self.readahead.as_u64() < 4096 {
-            return Err("cold.readahead must be at least 4 KiB while cold.read_cache is on".into());
+            return Err(invalid(
+                "cold.readahead",
+                "be at least 4 KiB while cold.read_cache is on",
+            ));
         }
         match &self.backend {
             ColdBackend::Fs { .. } => {}
@@ -545,17 +543,18 @@ impl ColdConfig {
                 ..
             } => {
                 if bucket.is_empty() {
-                    return Err("cold.bucket must not be empty".into());
+                    return Err(invalid("cold.bucket", "not be empty"));
                 }
                 if access_key_id.is_some() != secret_access_key.is_some() {
-                    return Err("cold.access_key_id and cold.secret_access_key go together".into());
+                    return Err(ConfigError::Together(
+                        "cold.access_key_id",
+                        "cold.secret_access_key",
+                    ));
                 }
             }
             ColdBackend::Hdfs { name_node, .. } => {
                 if !name_node.starts_with("hdfs://") {
-                    return Err(format!(
-                        "cold.name_node must be an hdfs:// address, not {name_node:?}"
-                    ));
+                    return Err(ConfigError::NameNode(name_node.clone()));
                 }
             }
         }
@@ -569,7 +568,7 @@ mod tests {
 
     fn cold(text: &str) -> Result<ColdConfig, String> {
         let c: ColdConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        c.validate()?;
+        c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }
 

@@ -16,9 +16,11 @@ mod apps;
 pub mod block;
 pub mod config;
 mod counters;
+pub mod data_dir;
 pub mod error;
 pub mod id;
 mod persist;
+pub mod secret;
 mod segment;
 pub mod status;
 mod store;
@@ -34,7 +36,7 @@ pub use tiers::disk::fault;
 pub use block::{Block, BlockMeta, IndexRecord, BLOCK_OVERHEAD, INDEX_RECORD_LEN};
 pub use budget::{MemoryBudget, Reservation};
 pub use config::{
-    AppConfig, ColdBackend, ColdConfig, DiskConfig, MemoryConfig, RecoveryConfig, Secret,
+    AppConfig, ColdBackend, ColdConfig, ConfigError, DiskConfig, MemoryConfig, RecoveryConfig,
     StoreConfig,
 };
 pub use error::{Result, StorageError};
@@ -44,6 +46,7 @@ pub use lifecycle::{AppListener, AppRemoved, RemovalReason};
 pub use memory::MemoryRead;
 pub use persist::manifest::RecoveredNote;
 pub use persist::recovery::RecoveryStatus;
+pub use secret::Secret;
 pub use status::{ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
 pub use tiers::cold::{cold_operator, ColdStatus};

@@ -22,6 +22,7 @@ use crate::cli::ImportConfigArgs;
 use crate::config::GatewayConfig;
 use props::Properties;
 use rules::{Action, Conv, Rule, Special, Why};
+use units::ValueError;
 
 /// The input files, in precedence order: when two of them set the same
 /// Switchyard key to different values, the earlier one is kept. Uniffle's
@@ -96,7 +97,7 @@ pub enum ImportError {
 }
 
 /// A value that cannot be converted, with where it came from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{key} = {value:?} ({file} line {line}){}: {reason}", target.map(|t| format!(", for {t}")).unwrap_or_default())]
 pub struct BadValue {
     pub key: String,
@@ -104,7 +105,44 @@ pub struct BadValue {
     pub file: String,
     pub line: usize,
     pub target: Option<&'static str>,
-    pub reason: String,
+    pub reason: ConvertError,
+}
+
+/// Why a value does not convert to its Switchyard setting.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConvertError {
+    #[error(transparent)]
+    Value(#[from] ValueError),
+    /// Zero where the setting needs more; the text says what it takes.
+    #[error("zero: expected {0}")]
+    Zero(&'static str),
+    #[error("too large")]
+    TooLarge,
+    /// An empty list: `what` is missing, `expected` shows a value.
+    #[error("no {what}: expected {expected}")]
+    Empty {
+        what: &'static str,
+        expected: &'static str,
+    },
+    #[error("unknown storage type {0:?}: expected MEMORY, HDD, SSD, HDFS, S3 or OSS")]
+    StorageType(String),
+    #[error("{0:?} has no directory before its attributes")]
+    NoDirectory(String),
+    #[error(
+        "illegal attribute {attr:?} in {item:?}: expected capacity=, disktype= or flushthread="
+    )]
+    Attribute { attr: String, item: String },
+    /// A Celeborn directory's `capacity=` or `flushthread=`.
+    #[error("{attr}= of {dir}: {source}")]
+    DirAttribute {
+        attr: &'static str,
+        dir: String,
+        source: Box<ConvertError>,
+    },
+    #[error("{0}= too large")]
+    AttributeTooLarge(&'static str),
+    #[error("disktype= of {dir} is {value:?}: expected HDD or SSD")]
+    DiskType { dir: String, value: String },
 }
 
 fn values_message(values: &[BadValue]) -> String {
@@ -413,7 +451,7 @@ fn unknown_detail(kind: Kind, key: &str) -> String {
     )
 }
 
-fn convert(action: &Action, text: &str, ctx: &Context) -> Result<Outcome, String> {
+fn convert(action: &Action, text: &str, ctx: &Context) -> Result<Outcome, ConvertError> {
     match *action {
         Action::Ignore(why, detail) => Ok(Outcome::Ignored(why, detail.to_string())),
         Action::Map(target, conv) => convert_value(target, conv, text),
@@ -429,9 +467,9 @@ fn strings(items: Vec<String>) -> toml::Value {
     toml::Value::Array(items.into_iter().map(toml::Value::String).collect())
 }
 
-fn positive_size(text: &str) -> Result<u64, String> {
+fn positive_size(text: &str) -> Result<u64, ConvertError> {
     match units::parse_size(text)? {
-        0 => Err("zero: expected a size above zero".to_string()),
+        0 => Err(ConvertError::Zero("a size above zero")),
         n => Ok(n),
     }
 }
@@ -447,26 +485,29 @@ fn listen(target: &str, port: u16) -> String {
     SocketAddr::new(host, port).to_string()
 }
 
-fn convert_value(target: &'static str, conv: Conv, text: &str) -> Result<Outcome, String> {
+fn convert_value(target: &'static str, conv: Conv, text: &str) -> Result<Outcome, ConvertError> {
     let value = match conv {
         Conv::Listen => toml::Value::String(listen(target, units::parse_port(text)?)),
         Conv::Size => size_value(positive_size(text)?),
         Conv::SizeOrZero => size_value(units::parse_size(text)?),
         Conv::SizeOrDerived(why_negative) => match units::parse_size_or_negative(text)? {
             None => return Ok(Outcome::Ignored(Why::Handled, why_negative.to_string())),
-            Some(0) => return Err("zero: expected a size above zero, or -1".to_string()),
+            Some(0) => return Err(ConvertError::Zero("a size above zero, or -1")),
             Some(bytes) => size_value(bytes),
         },
         Conv::Duration => toml::Value::String(units::duration_string(units::parse_duration(text)?)),
         Conv::Percent => toml::Value::Float(units::parse_percent(text)?),
         Conv::Count => toml::Value::Integer(
-            i64::try_from(units::parse_count(text)?).map_err(|_| "too large".to_string())?,
+            i64::try_from(units::parse_count(text)?).map_err(|_| ConvertError::TooLarge)?,
         ),
         Conv::Bool => toml::Value::Boolean(units::parse_bool(text)?),
         Conv::Dirs => {
             let dirs = units::parse_list(text);
             if dirs.is_empty() {
-                return Err("no directory: expected a comma list of paths".to_string());
+                return Err(ConvertError::Empty {
+                    what: "directory",
+                    expected: "a comma list of paths",
+                });
             }
             strings(dirs)
         }
@@ -484,7 +525,7 @@ fn convert_value(target: &'static str, conv: Conv, text: &str) -> Result<Outcome
     Ok(Outcome::Mapped(vec![(target, value)], notes))
 }
 
-fn convert_special(special: Special, text: &str, ctx: &Context) -> Result<Outcome, String> {
+fn convert_special(special: Special, text: &str, ctx: &Context) -> Result<Outcome, ConvertError> {
     match special {
         Special::CelebornDirs => celeborn_dirs(text),
         Special::CelebornHdfsDir => {
@@ -526,7 +567,10 @@ fn convert_special(special: Special, text: &str, ctx: &Context) -> Result<Outcom
         Special::UniffleRemoteStorage => {
             let paths = units::parse_list(text);
             if paths.is_empty() {
-                return Err("no path: expected hdfs://namenode:port/dir".to_string());
+                return Err(ConvertError::Empty {
+                    what: "path",
+                    expected: "hdfs://namenode:port/dir",
+                });
             }
             if let Some(t) = &ctx.uniffle_storage_type {
                 if !t.to_ascii_uppercase().contains("HDFS") {
@@ -571,7 +615,7 @@ fn split_hdfs_uri(uri: &str) -> Option<(String, String)> {
 /// An upstream HDFS directory as Switchyard's cold tier on HDFS. Other
 /// schemes are left to the operator: only HDFS has a Switchyard service
 /// whose settings all come from the URI.
-fn hdfs_cold_tier(uri: &str) -> Result<Outcome, String> {
+fn hdfs_cold_tier(uri: &str) -> Result<Outcome, ConvertError> {
     let Some((name_node, root)) = split_hdfs_uri(uri) else {
         return Ok(Outcome::Ignored(
             Why::Handled,
@@ -603,19 +647,20 @@ fn has_type(types: &str, wanted: &str) -> bool {
 
 /// `celeborn.storage.availableTypes`: only "no local disk" (HDFS without
 /// HDD or SSD) has a Switchyard meaning, an empty `storage.disks.dirs`.
-fn celeborn_types(text: &str, ctx: &Context) -> Result<Outcome, String> {
+fn celeborn_types(text: &str, ctx: &Context) -> Result<Outcome, ConvertError> {
     let types = units::parse_list(text);
     if types.is_empty() {
-        return Err("no storage type: expected a list of MEMORY, HDD, SSD, HDFS, S3, OSS".into());
+        return Err(ConvertError::Empty {
+            what: "storage type",
+            expected: "a list of MEMORY, HDD, SSD, HDFS, S3, OSS",
+        });
     }
     if let Some(bad) = types.iter().find(|t| {
         !["MEMORY", "HDD", "SSD", "HDFS", "S3", "OSS"]
             .iter()
             .any(|k| t.eq_ignore_ascii_case(k))
     }) {
-        return Err(format!(
-            "unknown storage type {bad:?}: expected MEMORY, HDD, SSD, HDFS, S3 or OSS"
-        ));
+        return Err(ConvertError::StorageType(bad.clone()));
     }
     let local = has_type(text, "HDD") || has_type(text, "SSD");
     if !local && has_type(text, "HDFS") && !ctx.celeborn_dirs {
@@ -637,10 +682,13 @@ fn celeborn_types(text: &str, ctx: &Context) -> Result<Outcome, String> {
 /// to `storage.disks.dirs`; `capacity=` and `flushthread=` map to
 /// `storage.disks.capacity` and `write_concurrency` only when every entry
 /// gives the same value, since Switchyard has one of each for all disks.
-fn celeborn_dirs(text: &str) -> Result<Outcome, String> {
+fn celeborn_dirs(text: &str) -> Result<Outcome, ConvertError> {
     let items = units::parse_list(text);
     if items.is_empty() {
-        return Err("no directory: expected /mnt/disk1[:disktype=SSD][:capacity=1t],...".into());
+        return Err(ConvertError::Empty {
+            what: "directory",
+            expected: "/mnt/disk1[:disktype=SSD][:capacity=1t],...",
+        });
     }
     let mut dirs = Vec::new();
     let mut capacities = Vec::new();
@@ -650,40 +698,41 @@ fn celeborn_dirs(text: &str) -> Result<Outcome, String> {
         let mut parts = item.split(':');
         let dir = parts.next().unwrap_or_default().trim();
         if dir.is_empty() {
-            return Err(format!("{item:?} has no directory before its attributes"));
+            return Err(ConvertError::NoDirectory(item.clone()));
         }
         dirs.push(dir.to_string());
         let (mut capacity, mut thread) = (None, None);
         for attr in parts {
-            let (name, value) = attr.split_once('=').ok_or_else(|| {
-                format!(
-                    "illegal attribute {attr:?} in {item:?}: expected capacity=, disktype= or flushthread="
-                )
-            })?;
-            match name.trim().to_ascii_lowercase().as_str() {
-                "capacity" => {
-                    capacity = Some(
-                        positive_size(value).map_err(|e| format!("capacity= of {dir}: {e}"))?,
-                    )
+            let illegal = || ConvertError::Attribute {
+                attr: attr.to_string(),
+                item: item.clone(),
+            };
+            let (name, value) = attr.split_once('=').ok_or_else(illegal)?;
+            let of_dir = |attr: &'static str| {
+                move |source: ConvertError| ConvertError::DirAttribute {
+                    attr,
+                    dir: dir.to_string(),
+                    source: Box::new(source),
                 }
+            };
+            match name.trim().to_ascii_lowercase().as_str() {
+                "capacity" => capacity = Some(positive_size(value).map_err(of_dir("capacity"))?),
                 "flushthread" => {
                     thread = Some(
-                        units::parse_count(value)
-                            .map_err(|e| format!("flushthread= of {dir}: {e}"))?,
+                        units::parse_count(value).map_err(|e| of_dir("flushthread")(e.into()))?,
                     )
                 }
                 "disktype" => {
                     let t = value.trim().to_ascii_uppercase();
                     if t != "HDD" && t != "SSD" {
-                        return Err(format!("disktype= of {dir} is {value:?}: expected HDD or SSD"));
+                        return Err(ConvertError::DiskType {
+                            dir: dir.to_string(),
+                            value: value.to_string(),
+                        });
                     }
                     disk_types.push(t);
                 }
-                _ => {
-                    return Err(format!(
-                        "illegal attribute {attr:?} in {item:?}: expected capacity=, disktype= or flushthread="
-                    ))
-                }
+                _ => return Err(illegal()),
             }
         }
         capacities.push(capacity);
@@ -703,7 +752,9 @@ fn celeborn_dirs(text: &str) -> Result<Outcome, String> {
     match same_for_all(&threads) {
         Uniform::All(n) => settings.push((
             "storage.disks.write_concurrency",
-            toml::Value::Integer(i64::try_from(n).map_err(|_| "flushthread= too large")?),
+            toml::Value::Integer(
+                i64::try_from(n).map_err(|_| ConvertError::AttributeTooLarge("flushthread"))?,
+            ),
         )),
         Uniform::Mixed => notes.push(
             "flushthread= is not the same on every directory: Switchyard has one \

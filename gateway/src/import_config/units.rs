@@ -37,6 +37,32 @@ const TIME_SUFFIXES: &[(&str, Duration)] = &[
     ("d", Duration::from_secs(86_400)),
 ];
 
+const SIZE_HINT: &str = "a size such as 1073741824, 1024k, 512m, 10g or 10gb (binary units)";
+const TIME_HINT: &str = "a duration such as 60000 (ms), 500ms, 120s, 10min, 10m, 1h or 1d";
+
+/// Why an upstream value is not what its key takes; the text goes into the
+/// import report after the key and value.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// Not of the expected form, which the text names.
+    #[error("not {0}")]
+    Not(&'static str),
+    #[error("fractions are not supported, as in Uniffle and Celeborn: expected {SIZE_HINT}")]
+    Fraction,
+    #[error("unknown size suffix {0:?}: expected {SIZE_HINT}")]
+    SizeSuffix(String),
+    #[error("unknown time suffix {0:?}: expected {TIME_HINT}")]
+    TimeSuffix(String),
+    #[error("too large: {0:?}")]
+    TooLarge(String),
+    #[error("negative: expected {TIME_HINT}")]
+    NegativeDuration,
+    #[error("zero: expected a positive duration, {TIME_HINT}")]
+    ZeroDuration,
+    #[error("{0} is outside 0 to 100")]
+    Percent(f64),
+}
+
 /// Splits `"512m"` into `("512", "m")`, lower-cased and trimmed, as
 /// upstream's `([0-9]+)([a-z]+)?` pattern does after `toLowerCase().trim()`.
 fn number_and_suffix(text: &str) -> Option<(String, String)> {
@@ -54,13 +80,12 @@ fn number_and_suffix(text: &str) -> Option<(String, String)> {
 /// A size as Uniffle and Celeborn write it: `1073741824`, `1024k`, `512m`,
 /// `10g`, `10gb`, `1t`, in bytes. Fractions (`1.5g`) are rejected, as
 /// upstream rejects them, rather than guessed.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    const HINT: &str = "a size such as 1073741824, 1024k, 512m, 10g or 10gb (binary units)";
+pub fn parse_size(text: &str) -> Result<u64, ValueError> {
     let (digits, suffix) = number_and_suffix(text).ok_or_else(|| {
         if text.contains('.') {
-            format!("fractions are not supported, as in Uniffle and Celeborn: expected {HINT}")
+            ValueError::Fraction
         } else {
-            format!("not {HINT}")
+            ValueError::Not(SIZE_HINT)
         }
     })?;
     let factor = if suffix.is_empty() {
@@ -70,19 +95,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             .iter()
             .find(|(s, _)| *s == suffix)
             .map(|(_, f)| *f)
-            .ok_or_else(|| format!("unknown size suffix {suffix:?}: expected {HINT}"))?
+            .ok_or_else(|| ValueError::SizeSuffix(suffix.clone()))?
     };
     digits
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(factor))
-        .ok_or_else(|| format!("too large: {text:?}"))
+        .ok_or_else(|| ValueError::TooLarge(text.to_string()))
 }
 
 /// Uniffle's capacities (`rss.server.buffer.capacity` and the like) are Java
 /// longs where a negative number means "derive it" (from the JVM heap or the
 /// disk size). `Ok(None)` is that case; anything else is a size.
-pub fn parse_size_or_negative(text: &str) -> Result<Option<u64>, String> {
+pub fn parse_size_or_negative(text: &str) -> Result<Option<u64>, ValueError> {
     let t = text.trim();
     if let Some(rest) = t.strip_prefix('-') {
         if !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit()) {
@@ -97,12 +122,11 @@ pub fn parse_size_or_negative(text: &str) -> Result<Option<u64>, String> {
 /// milliseconds in both (Celeborn's `timeConf(TimeUnit.MILLISECONDS)`,
 /// Uniffle's long millisecond options). Zero and negative values are
 /// rejected: no Switchyard duration imported here may be zero.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    const HINT: &str = "a duration such as 60000 (ms), 500ms, 120s, 10min, 10m, 1h or 1d";
+pub fn parse_duration(text: &str) -> Result<Duration, ValueError> {
     if text.trim().starts_with('-') {
-        return Err(format!("negative: expected {HINT}"));
+        return Err(ValueError::NegativeDuration);
     }
-    let (digits, suffix) = number_and_suffix(text).ok_or_else(|| format!("not {HINT}"))?;
+    let (digits, suffix) = number_and_suffix(text).ok_or(ValueError::Not(TIME_HINT))?;
     let unit = if suffix.is_empty() {
         Duration::from_millis(1)
     } else {
@@ -110,14 +134,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .iter()
             .find(|(s, _)| *s == suffix)
             .map(|(_, u)| *u)
-            .ok_or_else(|| format!("unknown time suffix {suffix:?}: expected {HINT}"))?
+            .ok_or_else(|| ValueError::TimeSuffix(suffix.clone()))?
     };
-    let n: u32 = digits.parse().map_err(|_| format!("too large: {text:?}"))?;
-    let d = unit
-        .checked_mul(n)
-        .ok_or_else(|| format!("too large: {text:?}"))?;
+    let too_large = || ValueError::TooLarge(text.to_string());
+    let n: u32 = digits.parse().map_err(|_| too_large())?;
+    let d = unit.checked_mul(n).ok_or_else(too_large)?;
     if d.is_zero() {
-        return Err(format!("zero: expected a positive duration, {HINT}"));
+        return Err(ValueError::ZeroDuration);
     }
     Ok(d)
 }
@@ -125,39 +148,39 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// A percentage as Uniffle writes its watermarks (`75.0`), as the fraction
 /// Switchyard wants (`0.75`). Rounded to 6 decimals so that `33.3` becomes
 /// `0.333`, not `0.33299999999999996`.
-pub fn parse_percent(text: &str) -> Result<f64, String> {
+pub fn parse_percent(text: &str) -> Result<f64, ValueError> {
     let p: f64 = text
         .trim()
         .parse()
-        .map_err(|_| "not a percentage such as 75.0".to_string())?;
+        .map_err(|_| ValueError::Not("a percentage such as 75.0"))?;
     if !(0.0..=100.0).contains(&p) {
-        return Err(format!("{p} is outside 0 to 100"));
+        return Err(ValueError::Percent(p));
     }
     Ok((p / 100.0 * 1e6).round() / 1e6)
 }
 
 /// A TCP port. 0 (any free port) is kept: Celeborn's worker ports default to
 /// it, and Switchyard then advertises whatever port it bound.
-pub fn parse_port(text: &str) -> Result<u16, String> {
+pub fn parse_port(text: &str) -> Result<u16, ValueError> {
     text.trim()
         .parse()
-        .map_err(|_| "not a port number from 0 to 65535".to_string())
+        .map_err(|_| ValueError::Not("a port number from 0 to 65535"))
 }
 
 /// A positive count (threads, servers).
-pub fn parse_count(text: &str) -> Result<u64, String> {
+pub fn parse_count(text: &str) -> Result<u64, ValueError> {
     match text.trim().parse::<u64>() {
-        Ok(0) | Err(_) => Err("not a positive whole number".to_string()),
+        Ok(0) | Err(_) => Err(ValueError::Not("a positive whole number")),
         Ok(n) => Ok(n),
     }
 }
 
 /// `true` or `false`, in any case, as Uniffle's and Celeborn's boolean options.
-pub fn parse_bool(text: &str) -> Result<bool, String> {
+pub fn parse_bool(text: &str) -> Result<bool, ValueError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => Err("not true or false".to_string()),
+        _ => Err(ValueError::Not("true or false")),
     }
 }
 
@@ -244,7 +267,10 @@ mod tests {
         ] {
             assert!(parse_size(bad).is_err(), "{bad:?} parsed");
         }
-        assert!(parse_size("1.5g").unwrap_err().contains("fractions"));
+        assert!(parse_size("1.5g")
+            .unwrap_err()
+            .to_string()
+            .contains("fractions"));
     }
 
     #[test]

@@ -119,30 +119,7 @@ impl UniffleNode {
         let netty_addr = netty_listener
             .as_ref()
             .map(|l| l.local_addr().expect("bound"));
-
-        let host = config.advertised_host.clone().unwrap_or_else(|| {
-            let ip = grpc_addr
-                .or(coordinator_addr)
-                .map_or(config.server_grpc_listen.ip(), |a| a.ip());
-            if ip.is_unspecified() {
-                tracing::warn!("uniffle.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
-                "127.0.0.1".to_string()
-            } else {
-                ip.to_string()
-            }
-        });
-        let grpc_port = grpc_addr.map_or(0, |a| a.port());
-        let server_id = ShuffleServerId {
-            id: match (&config.server_id, netty_addr) {
-                (Some(id), _) => id.clone(),
-                (None, Some(n)) => format!("{host}-{grpc_port}-{}", n.port()),
-                (None, None) => format!("{host}-{grpc_port}"),
-            },
-            ip: host,
-            port: grpc_port as i32,
-            netty_port: netty_addr.map(|a| a.port() as i32).unwrap_or(-1),
-            jetty_port: 0,
-        };
+        let server_id = server_id(&config, coordinator_addr, grpc_addr, netty_addr);
         let mut tags = vec![VERSION_TAG.to_string(), "GRPC".to_string()];
         if netty_addr.is_some() {
             tags.push("GRPC_NETTY".to_string());
@@ -157,79 +134,27 @@ impl UniffleNode {
         crate::bounded::set_limit(max as u64);
         let mut tasks = Vec::new();
 
-        // The local server's own heartbeat, straight into the registry.
         if grpc.is_some() {
-            let nodes = nodes.clone();
-            let store = store.clone();
-            let id = server_id.clone();
-            let cancel = cancel.clone();
-            let beat = (config.node_timeout / 3).max(Duration::from_millis(100));
-            nodes.upsert_local(
-                id.clone(),
-                tags.clone(),
-                available(&store),
-                store.is_ready(),
-            );
-            let tags = tags.clone();
-            let draining = draining.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(beat) => {}
-                    }
-                    nodes.upsert_local(
-                        id.clone(),
-                        tags.clone(),
-                        available(&store),
-                        store.is_ready() && !draining.load(Ordering::Relaxed),
-                    );
-                }
-            }));
+            let local = LocalServer {
+                id: server_id.clone(),
+                tags: tags.clone(),
+                store: store.clone(),
+                draining: draining.clone(),
+            };
+            tasks.push(local.heartbeat(nodes.clone(), config.node_timeout, cancel.clone()));
         }
-
         if let Some(coordinator) = coordinator {
-            let coordinator_service = CoordinatorServerServer::new(CoordinatorService::new(
-                nodes.clone(),
-                config.clone(),
-                Some(store.clone()),
-            ))
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max);
-            let c = cancel.clone();
-            tasks.push(tokio::spawn(async move {
-                let incoming = TcpIncoming::from(coordinator).with_nodelay(Some(true));
-                if let Err(e) = grpc_server()
-                    .layer(RpcTimingLayer {
-                        port: "coordinator",
-                    })
-                    .add_service(coordinator_service)
-                    .serve_with_incoming_shutdown(incoming, c.cancelled())
-                    .await
-                {
-                    tracing::error!(error = %e, "uniffle coordinator stopped");
-                }
-            }));
+            let service = CoordinatorService::new(nodes.clone(), config.clone(), Some(store));
+            tasks.push(spawn_coordinator(coordinator, service, max, cancel.clone()));
         }
-
         if let Some(grpc) = grpc {
-            let server_service = ShuffleServerServer::new(ShuffleServerService::new(core.clone()))
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max);
-            let c = cancel.clone();
-            tasks.push(tokio::spawn(async move {
-                let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-                if let Err(e) = grpc_server()
-                    .layer(RpcTimingLayer { port: "grpc" })
-                    .add_service(server_service)
-                    .serve_with_incoming_shutdown(incoming, c.cancelled())
-                    .await
-                {
-                    tracing::error!(error = %e, "uniffle shuffle server stopped");
-                }
-            }));
+            tasks.push(spawn_shuffle_server(
+                grpc,
+                core.clone(),
+                max,
+                cancel.clone(),
+            ));
         }
-
         if let Some(listener) = netty_listener {
             tasks.push(tokio::spawn(serve(
                 listener,
@@ -272,6 +197,128 @@ impl UniffleNode {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
     }
+}
+
+/// The shuffle server's identity: `uniffle.server_id` (the node id), else
+/// `host-grpcport[-nettyport]`, at `uniffle.advertised_host`, else the IP
+/// the gRPC port (or the coordinator) bound; 127.0.0.1 for an unspecified
+/// one.
+fn server_id(
+    config: &UniffleConfig,
+    coordinator_addr: Option<SocketAddr>,
+    grpc_addr: Option<SocketAddr>,
+    netty_addr: Option<SocketAddr>,
+) -> ShuffleServerId {
+    let host = config.advertised_host.clone().unwrap_or_else(|| {
+        let ip = grpc_addr
+            .or(coordinator_addr)
+            .map_or(config.server_grpc_listen.ip(), |a| a.ip());
+        if ip.is_unspecified() {
+            tracing::warn!("uniffle.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
+            "127.0.0.1".to_string()
+        } else {
+            ip.to_string()
+        }
+    });
+    let grpc_port = grpc_addr.map_or(0, |a| a.port());
+    ShuffleServerId {
+        id: match (&config.server_id, netty_addr) {
+            (Some(id), _) => id.clone(),
+            (None, Some(n)) => format!("{host}-{grpc_port}-{}", n.port()),
+            (None, None) => format!("{host}-{grpc_port}"),
+        },
+        ip: host,
+        port: grpc_port as i32,
+        netty_port: netty_addr.map(|a| a.port() as i32).unwrap_or(-1),
+        jetty_port: 0,
+    }
+}
+
+/// This node's own shuffle server, as its coordinator's registry sees it.
+struct LocalServer {
+    id: ShuffleServerId,
+    tags: Vec<String>,
+    store: Arc<Store>,
+    draining: Arc<AtomicBool>,
+}
+
+impl LocalServer {
+    /// The local server's own heartbeat, straight into the registry: once
+    /// now, then every third of `node_timeout` until `cancel`.
+    fn heartbeat(
+        self,
+        nodes: Arc<NodeRegistry>,
+        node_timeout: Duration,
+        cancel: CancellationToken,
+    ) -> JoinHandle<()> {
+        let beat = (node_timeout / 3).max(Duration::from_millis(100));
+        nodes.upsert_local(
+            self.id.clone(),
+            self.tags.clone(),
+            available(&self.store),
+            self.store.is_ready(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(beat) => {}
+                }
+                nodes.upsert_local(
+                    self.id.clone(),
+                    self.tags.clone(),
+                    available(&self.store),
+                    self.store.is_ready() && !self.draining.load(Ordering::Relaxed),
+                );
+            }
+        })
+    }
+}
+
+fn spawn_coordinator(
+    listener: TcpListener,
+    service: CoordinatorService,
+    max: usize,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    let service = CoordinatorServerServer::new(service)
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    tokio::spawn(async move {
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        if let Err(e) = grpc_server()
+            .layer(RpcTimingLayer {
+                port: "coordinator",
+            })
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+            .await
+        {
+            tracing::error!(error = %e, "uniffle coordinator stopped");
+        }
+    })
+}
+
+fn spawn_shuffle_server(
+    listener: TcpListener,
+    core: Arc<ShuffleServerCore>,
+    max: usize,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    let service = ShuffleServerServer::new(ShuffleServerService::new(core))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    tokio::spawn(async move {
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        if let Err(e) = grpc_server()
+            .layer(RpcTimingLayer { port: "grpc" })
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+            .await
+        {
+            tracing::error!(error = %e, "uniffle shuffle server stopped");
+        }
+    })
 }
 
 fn available(store: &Store) -> i64 {

@@ -94,7 +94,9 @@ impl Store {
         faults: Option<Arc<dyn DiskFaults>>,
         io: IoPlacement<'_>,
     ) -> Result<Arc<Store>> {
-        config.validate().map_err(StorageError::Config)?;
+        config
+            .validate()
+            .map_err(|e| StorageError::Config(e.to_string()))?;
         let counters = Arc::new(Counters::default());
         // Disks signal health changes on it; flushes waiting for a tier
         // wait on it.

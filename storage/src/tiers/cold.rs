@@ -208,7 +208,9 @@ pub fn cold_operator(config: &ColdConfig) -> Result<Operator> {
 }
 
 fn layered(config: &ColdConfig, health: Option<Arc<ColdHealth>>) -> Result<Operator> {
-    config.validate().map_err(StorageError::Config)?;
+    config
+        .validate()
+        .map_err(|e| StorageError::Config(e.to_string()))?;
     // Innermost first: metrics and the concurrency limit see each attempt
     // (a retry's backoff holds no permit); the timeout bounds an attempt;
     // retries wrap it all.

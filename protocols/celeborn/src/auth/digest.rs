@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use md5::{Digest, Md5};
-use subtle::ConstantTimeEq;
+use switchyard_storage::secret::constant_time_eq;
 
 pub const REALM: &str = "default";
 pub const DIGEST_URI: &str = "null/default";
@@ -135,7 +135,7 @@ impl Challenge {
             return Err(refused("realm", realm));
         }
         let nonce = get("nonce").ok_or(DigestError::Missing("nonce"))?;
-        if !bool::from(nonce.as_bytes().ct_eq(self.nonce.as_bytes())) {
+        if !constant_time_eq(nonce.as_bytes(), self.nonce.as_bytes()) {
             return Err(DigestError::Nonce);
         }
         let cnonce = get("cnonce").ok_or(DigestError::Missing("cnonce"))?;
@@ -165,7 +165,7 @@ impl Challenge {
         let password = B64.encode(secret);
         let ha1 = ha1(username, &password, nonce, cnonce);
         let expected = response_value(&ha1, nonce, nc, cnonce, "AUTHENTICATE", uri);
-        if !bool::from(expected.as_bytes().ct_eq(sent.as_bytes())) {
+        if !constant_time_eq(expected.as_bytes(), sent.as_bytes()) {
             return Err(DigestError::Mismatch);
         }
         let rspauth = response_value(&ha1, nonce, nc, cnonce, "", uri);

@@ -20,6 +20,7 @@
 use bytes::Bytes;
 use dashmap::DashMap;
 use switchyard_frame::server::Session;
+use switchyard_storage::Secret;
 
 use super::digest::Challenge;
 use crate::proto::{
@@ -59,7 +60,7 @@ const MAX_UNKNOWN: usize = 10_000;
 /// of that application first authenticates here ([`Secrets::ensure`]).
 #[derive(Default)]
 pub struct Secrets {
-    by_app: DashMap<String, Vec<u8>>,
+    by_app: DashMap<String, Secret>,
     remote: std::sync::OnceLock<std::sync::Arc<dyn RemoteSecrets>>,
     /// Applications recently asked about and unknown everywhere.
     unknown: DashMap<String, std::time::Instant>,
@@ -78,11 +79,11 @@ impl Secrets {
     /// Registers an application's secret. The same secret again is accepted
     /// (a client that retried); another one is refused, so nobody can take
     /// over an application that registered first.
-    pub fn register(&self, app: &str, secret: &[u8]) -> Result<(), CelebornError> {
+    pub fn register(&self, app: &str, secret: &str) -> Result<(), CelebornError> {
         let taken =
             || CelebornError::AuthFailed(format!("Application is already registered {app}"));
         if let Some(existing) = self.by_app.get(app) {
-            return if existing.as_slice() == secret {
+            return if existing.equals(secret.as_bytes()) {
                 Ok(())
             } else {
                 Err(taken())
@@ -95,9 +96,9 @@ impl Secrets {
             )));
         }
         let inserted = match self.by_app.entry(app.to_string()) {
-            dashmap::Entry::Occupied(e) => e.get().as_slice() == secret,
+            dashmap::Entry::Occupied(e) => e.get().equals(secret.as_bytes()),
             dashmap::Entry::Vacant(v) => {
-                v.insert(secret.to_vec());
+                v.insert(Secret::from(secret));
                 true
             }
         };
@@ -108,8 +109,10 @@ impl Secrets {
         Ok(())
     }
 
+    /// The registered secret's bytes, for the digest check and for a
+    /// coordinator answering another node's lookup.
     pub fn get(&self, app: &str) -> Option<Vec<u8>> {
-        self.by_app.get(app).map(|s| s.clone())
+        self.by_app.get(app).map(|s| s.expose().as_bytes().to_vec())
     }
 
     /// Sets where unknown applications' secrets are fetched from (once).
@@ -131,15 +134,22 @@ impl Secrets {
                 return;
             }
         }
-        match remote.fetch(app).await {
-            Some(secret) if !secret.is_empty() && secret.len() <= MAX_SECRET => {
+        // Every secret was registered on some master from a protobuf
+        // `string`, so it is UTF-8; anything else is no secret of ours.
+        let fetched = remote
+            .fetch(app)
+            .await
+            .filter(|s| !s.is_empty() && s.len() <= MAX_SECRET)
+            .and_then(|s| String::from_utf8(s).ok());
+        match fetched {
+            Some(secret) => {
                 self.unknown.remove(app);
                 outcome("fetched");
                 // A secret registered here meanwhile wins; they are equal
                 // anyway, as no master takes a second secret.
                 let _ = self.register(app, &secret);
             }
-            _ => {
+            None => {
                 if self.unknown.len() >= MAX_UNKNOWN {
                     self.unknown.retain(|_, at| at.elapsed() < UNKNOWN_FOR);
                 }
@@ -304,7 +314,7 @@ fn step(
                     "registration needs an application id and a secret of at most 1 KiB".into(),
                 ));
             }
-            secrets.register(&r.id, r.secret.as_bytes())?;
+            secrets.register(&r.id, &r.secret)?;
             bind(session, &r.id)?;
             outcome("registered");
             tracing::info!(app = %r.id, "celeborn application registered its secret");

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_frame::server::{serve, serve_tls, TransportBudget};
+use switchyard_frame::server::tls::TlsAcceptor;
+use switchyard_frame::server::{serve, serve_tls, ConnectionLimits, TransportBudget};
 use switchyard_storage::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -107,123 +108,34 @@ impl CelebornNode {
             }),
             false => None,
         };
-        let host = config.advertised_host.clone().unwrap_or_else(|| {
-            let ip = ports
-                .as_ref()
-                .map(|p| p.rpc.1)
-                .or(master.as_ref().map(|m| m.1))
-                .map_or(config.worker_rpc_listen.ip(), |a| a.ip());
-            if ip.is_unspecified() {
-                tracing::warn!("celeborn.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
-                "127.0.0.1".to_string()
-            } else {
-                ip.to_string()
-            }
-        });
-        let port = |p: &(TcpListener, SocketAddr)| p.1.port() as i32;
-        // A coordinator-only node's master still keeps application state in
-        // a WorkerState, whose address no one is ever given.
-        let addr = WorkerAddr {
-            host,
-            rpc_port: ports.as_ref().map_or(0, |p| port(&p.rpc)),
-            push_port: ports.as_ref().map_or(0, |p| port(&p.push)),
-            fetch_port: ports.as_ref().map_or(0, |p| port(&p.fetch)),
-            replicate_port: ports.as_ref().map_or(0, |p| port(&p.replicate)),
-        };
+        let host = advertised_host(&config, master.as_ref().map(|m| m.1), ports.as_ref());
+        let addr = worker_addr(host, ports.as_ref());
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let fleet: Arc<dyn Fleet> = match fleet {
             Some(make) => make(worker.clone()),
             None => Arc::new(Alone::new(worker.clone())),
         };
-        let max = config.max_frame_size.as_u64() as usize;
-        let rpc_max = config.rpc_max_frame_size.as_u64() as usize;
         let limits = config.connections;
-        // One pool of frame and reply bytes for the five ports.
-        let budget = TransportBudget::new(&limits);
-        let cancel = CancellationToken::new();
+        let spawner = PortSpawner {
+            worker: worker.clone(),
+            max: config.max_frame_size.as_u64() as usize,
+            rpc_max: config.rpc_max_frame_size.as_u64() as usize,
+            limits,
+            // One pool of frame and reply bytes for the five ports.
+            budget: TransportBudget::new(&limits),
+            tls,
+            cancel: CancellationToken::new(),
+        };
         let mut tasks = Vec::new();
         let mut master_addr = None;
         if let Some((master, addr)) = master {
             master_addr = Some(addr);
-            tasks.push(tokio::spawn(serve_tls(
-                master,
-                RpcPort::new(
-                    MasterEndpoint::new(worker.clone(), fleet),
-                    "master",
-                    port_auth(&worker, true),
-                ),
-                rpc_max,
-                limits,
-                budget.clone(),
-                tls.clone(),
-                cancel.clone(),
-            )));
+            tasks.push(spawner.master(master, fleet));
         }
-        if let Some(WorkerPorts {
-            rpc: (rpc, _),
-            push: (push, _),
-            fetch: (fetch, _),
-            replicate: (replicate, _),
-        }) = ports
-        {
-            tasks.extend([
-                tokio::spawn(serve_tls(
-                    rpc,
-                    RpcPort::new(
-                        super::worker::WorkerEndpoint::new(worker.clone()),
-                        "worker-rpc",
-                        port_auth(&worker, false),
-                    ),
-                    rpc_max,
-                    limits,
-                    budget.clone(),
-                    tls.clone(),
-                    cancel.clone(),
-                )),
-                tokio::spawn(serve_tls(
-                    push,
-                    PushPort::new(worker.clone(), "push"),
-                    max,
-                    limits,
-                    budget.clone(),
-                    tls.clone(),
-                    cancel.clone(),
-                )),
-                tokio::spawn(serve_tls(
-                    fetch,
-                    FetchPort::new(worker.clone()),
-                    max,
-                    limits,
-                    budget.clone(),
-                    tls.clone(),
-                    cancel.clone(),
-                )),
-                tokio::spawn(serve(
-                    replicate,
-                    // Worker to worker: Celeborn's replicate port does not
-                    // authenticate (the replica pushes carry no application secret).
-                    PushPort::new(worker.clone(), "replicate"),
-                    max,
-                    limits,
-                    budget.clone(),
-                    cancel.clone(),
-                )),
-            ]);
+        if let Some(ports) = ports {
+            tasks.extend(spawner.worker_ports(ports));
         }
-        {
-            // Readers that die without BUFFER_STREAM_END leave streams behind.
-            let worker = worker.clone();
-            let cancel = cancel.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_secs(60)) => {}
-                    }
-                    worker.expire_streams(STREAM_IDLE);
-                }
-            }));
-        }
+        tasks.push(spawner.stream_expiry());
         let worker_addr = config.worker_role.then_some(addr);
         tracing::info!(master = ?master_addr, worker = ?worker_addr.as_ref().map(WorkerAddr::unique_id), "celeborn roles listening");
         Ok(CelebornNode {
@@ -234,7 +146,7 @@ impl CelebornNode {
             },
             worker,
             tasks,
-            cancel,
+            cancel: spawner.cancel,
         })
     }
 
@@ -254,6 +166,140 @@ impl CelebornNode {
         // No push is in flight any more: what the worker acknowledged is in
         // the store, which records it next; the locations go with it.
         self.worker.record_live_locations().await;
+    }
+}
+
+/// `celeborn.advertised_host`, else the IP the worker rpc port (or the
+/// master port) bound; 127.0.0.1 for an unspecified one.
+fn advertised_host(
+    config: &CelebornConfig,
+    master: Option<SocketAddr>,
+    ports: Option<&WorkerPorts>,
+) -> String {
+    config.advertised_host.clone().unwrap_or_else(|| {
+        let ip = ports
+            .map(|p| p.rpc.1)
+            .or(master)
+            .map_or(config.worker_rpc_listen.ip(), |a| a.ip());
+        if ip.is_unspecified() {
+            tracing::warn!("celeborn.advertised_host is not set while listening on all interfaces; advertising 127.0.0.1");
+            "127.0.0.1".to_string()
+        } else {
+            ip.to_string()
+        }
+    })
+}
+
+/// The worker's identity: `host` and the ports bound. A coordinator-only
+/// node's master still keeps application state in a WorkerState, whose
+/// address (ports 0) no one is ever given.
+fn worker_addr(host: String, ports: Option<&WorkerPorts>) -> WorkerAddr {
+    let port = |p: &(TcpListener, SocketAddr)| p.1.port() as i32;
+    WorkerAddr {
+        host,
+        rpc_port: ports.map_or(0, |p| port(&p.rpc)),
+        push_port: ports.map_or(0, |p| port(&p.push)),
+        fetch_port: ports.map_or(0, |p| port(&p.fetch)),
+        replicate_port: ports.map_or(0, |p| port(&p.replicate)),
+    }
+}
+
+/// What every port of the node is served with: one worker, one byte
+/// budget, one TLS acceptor, one cancellation.
+struct PortSpawner {
+    worker: Arc<WorkerState>,
+    max: usize,
+    rpc_max: usize,
+    limits: ConnectionLimits,
+    budget: TransportBudget,
+    tls: Option<TlsAcceptor>,
+    cancel: CancellationToken,
+}
+
+impl PortSpawner {
+    fn master(&self, listener: TcpListener, fleet: Arc<dyn Fleet>) -> JoinHandle<()> {
+        let worker = &self.worker;
+        tokio::spawn(serve_tls(
+            listener,
+            RpcPort::new(
+                MasterEndpoint::new(worker.clone(), fleet),
+                "master",
+                port_auth(worker, true),
+            ),
+            self.rpc_max,
+            self.limits,
+            self.budget.clone(),
+            self.tls.clone(),
+            self.cancel.clone(),
+        ))
+    }
+
+    fn worker_ports(&self, ports: WorkerPorts) -> [JoinHandle<()>; 4] {
+        let WorkerPorts {
+            rpc: (rpc, _),
+            push: (push, _),
+            fetch: (fetch, _),
+            replicate: (replicate, _),
+        } = ports;
+        let (worker, max, limits) = (&self.worker, self.max, self.limits);
+        [
+            tokio::spawn(serve_tls(
+                rpc,
+                RpcPort::new(
+                    super::worker::WorkerEndpoint::new(worker.clone()),
+                    "worker-rpc",
+                    port_auth(worker, false),
+                ),
+                self.rpc_max,
+                limits,
+                self.budget.clone(),
+                self.tls.clone(),
+                self.cancel.clone(),
+            )),
+            tokio::spawn(serve_tls(
+                push,
+                PushPort::new(worker.clone(), "push"),
+                max,
+                limits,
+                self.budget.clone(),
+                self.tls.clone(),
+                self.cancel.clone(),
+            )),
+            tokio::spawn(serve_tls(
+                fetch,
+                FetchPort::new(worker.clone()),
+                max,
+                limits,
+                self.budget.clone(),
+                self.tls.clone(),
+                self.cancel.clone(),
+            )),
+            tokio::spawn(serve(
+                replicate,
+                // Worker to worker: Celeborn's replicate port does not
+                // authenticate (the replica pushes carry no application secret).
+                PushPort::new(worker.clone(), "replicate"),
+                max,
+                limits,
+                self.budget.clone(),
+                self.cancel.clone(),
+            )),
+        ]
+    }
+
+    /// Readers that die without BUFFER_STREAM_END leave streams behind.
+    fn stream_expiry(&self) -> JoinHandle<()> {
+        let worker = self.worker.clone();
+        let cancel = self.cancel.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+                }
+                worker.expire_streams(STREAM_IDLE);
+            }
+        })
     }
 }
 

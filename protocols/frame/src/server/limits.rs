@@ -110,7 +110,7 @@ impl ConnectionLimits {
     }
 
     /// Rejects limits that would stop every connection: zero sizes and timeouts.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LimitsError> {
         for (name, v) in [
             (
                 "max_in_flight_bytes_per_connection",
@@ -124,7 +124,7 @@ impl ConnectionLimits {
             ("max_reply_bytes", self.max_reply_bytes),
         ] {
             if v.as_u64() == 0 {
-                return Err(format!("{name} must be more than 0"));
+                return Err(LimitsError::Zero(name));
             }
         }
         for (name, v) in [
@@ -132,11 +132,19 @@ impl ConnectionLimits {
             ("frame_timeout", self.frame_timeout),
         ] {
             if v.is_zero() {
-                return Err(format!("{name} must be more than 0"));
+                return Err(LimitsError::Zero(name));
             }
         }
         Ok(())
     }
+}
+
+/// Why [`ConnectionLimits::validate`] refused them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    /// A size or timeout of zero, which would stop every connection.
+    #[error("{0} must be more than 0")]
+    Zero(&'static str),
 }
 
 /// The byte pools shared by every port of one protocol on one node: frame bytes read

@@ -74,7 +74,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use connection::{HeldBytes, Replier, ReplyBytes};
-pub use limits::{ConnectionLimits, TransportBudget};
+pub use limits::{ConnectionLimits, LimitsError, TransportBudget};
 pub use session::Session;
 
 use crate::FrameMessage;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
-use tokio_rustls::TlsAcceptor;
+pub use tokio_rustls::TlsAcceptor;
 
 /// `cert` and `key`: PEM files (the chain, leaf first; a PKCS#8, PKCS#1 or
 /// SEC1 key).

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use switchyard_frame::traffic::{self, Protocol};
-use switchyard_storage::{Chunk, PartitionKey, SelectedView, Store};
+use switchyard_storage::{Chunk, PartitionKey, SelectedView, StorageError, Store};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -128,7 +128,8 @@ pub async fn run(
         Ok(End::Abandoned) => {
             tracing::debug!(stream = stream.id, partition = %stream.key, "credit stream abandoned");
         }
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             tracing::warn!(stream = stream.id, partition = %stream.key, %message, "credit stream failed");
             metrics::counter!("switchyard_celeborn_credit_stream_failures_total").increment(1);
             replier
@@ -147,15 +148,12 @@ async fn send_all(
     stream: &CreditStream,
     view: &SelectedView,
     replier: &Replier,
-) -> Result<End, String> {
+) -> Result<End, StreamError> {
     let read = |chunk: &Chunk| {
         let chunk = chunk.clone();
         async move {
-            let bytes = store
-                .read_selected_chunk(view, &chunk)
-                .await
-                .map_err(|e| e.to_string())?;
-            split_records(bytes)
+            let bytes = store.read_selected_chunk(view, &chunk).await?;
+            Ok::<_, StreamError>(split_records(bytes)?)
         }
     };
     let stopped = || {
@@ -248,23 +246,40 @@ async fn send_batch(stream: &CreditStream, records: Vec<Bytes>, replier: &Replie
     true
 }
 
+/// Why a credit stream failed; its text goes to the reader as
+/// TRANSPORTABLE_ERROR.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    Store(#[from] StorageError),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptPartition),
+}
+
+/// Stored bytes of a map partition that do not cut into whole records.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CorruptPartition {
+    /// Fewer bytes left than a record header.
+    #[error("corrupted map partition: {0} trailing bytes")]
+    Trailing(usize),
+    /// A header naming more bytes than are left (or a negative length).
+    #[error("corrupted map partition: record of {len} bytes with {left} left")]
+    Record { len: i32, left: usize },
+}
+
 /// Cuts stored bytes into the records they hold (each a 16-byte Flink
 /// header and the length it names), without copying.
-pub fn split_records(mut bytes: Bytes) -> Result<Vec<Bytes>, String> {
+pub fn split_records(mut bytes: Bytes) -> Result<Vec<Bytes>, CorruptPartition> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
-        let header = FlinkHeader::parse(&bytes)
-            .ok_or_else(|| format!("corrupted map partition: {} trailing bytes", bytes.len()))?;
+        let header = FlinkHeader::parse(&bytes).ok_or(CorruptPartition::Trailing(bytes.len()))?;
         let len = usize::try_from(header.len)
             .ok()
             .map(|l| l + FLINK_HEADER_LEN)
             .filter(|&l| l <= bytes.len())
-            .ok_or_else(|| {
-                format!(
-                    "corrupted map partition: record of {} bytes with {} left",
-                    header.len,
-                    bytes.len()
-                )
+            .ok_or(CorruptPartition::Record {
+                len: header.len,
+                left: bytes.len(),
             })?;
         out.push(bytes.split_to(len));
     }
