@@ -30,32 +30,12 @@ impl Store {
             }
         });
 
-        let weak = Arc::downgrade(self);
-        let cancel = self.cancel.clone();
-        let interval = self.config.disks.health_check_interval;
-        self.tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(interval) => {}
-                }
-                let Some(store) = weak.upgrade() else { return };
-                store.durable.check_disks().await;
-            }
-        });
-
-        let weak = Arc::downgrade(self);
-        let cancel = self.cancel.clone();
-        let interval = self.config.apps.expiry_check_interval;
-        self.tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(interval) => {}
-                }
-                let Some(store) = weak.upgrade() else { return };
-                store.expire_apps().await;
-            }
+        self.every(
+            self.config.disks.health_check_interval,
+            |store| async move { store.durable.check_disks().await },
+        );
+        self.every(self.config.apps.expiry_check_interval, |store| async move {
+            store.expire_apps().await;
         });
 
         // Off the path to ready: files no recovered partition owns go once
@@ -76,6 +56,27 @@ impl Store {
             )
             .await;
             store.recovery.swept(swept);
+        });
+    }
+
+    /// Runs `tick` every `interval` until the store shuts down or is
+    /// dropped (the loop holds only a weak reference between ticks).
+    fn every<F, Fut>(self: &Arc<Self>, interval: Duration, tick: F)
+    where
+        F: Fn(Arc<Store>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let weak = Arc::downgrade(self);
+        let cancel = self.cancel.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(interval) => {}
+                }
+                let Some(store) = weak.upgrade() else { return };
+                tick(store).await;
+            }
         });
     }
 }
