@@ -33,8 +33,9 @@
 #   CELEBORN_WRITERS         writers per version (default "HASH,SORT")
 #   CELEBORN_CLIENT_JARS     extra Spark 3 client jars, ':'-separated (optional; a missing file fails)
 #   CELEBORN_SPARK4_CLIENT_JARS  Spark 4 client jars, ':'-separated (optional; a missing file fails)
-#   FLEET_UNIFFLE_CLIENT_JAR, FLEET_CELEBORN_CLIENT_JAR  when both are set, the fleet entry
-#                            runs a second time with these client jars (Uniffle over GRPC_NETTY)
+#   FLEET_UNIFFLE_CLIENT_JAR, FLEET_CELEBORN_CLIENT_JAR  when both are set, the fleet's
+#                            failover scenarios (FleetFailoverTest) run a second time with these
+#                            client jars (Uniffle over GRPC_NETTY)
 #   CELEBORN_SKIP_MIXED=1    leave out the mixed-protocol entry
 #   CELEBORN_SKIP_FLEET=1    leave out the fleet entry
 #   CELEBORN_FLINK_CLIENT_JAR a celeborn-client-flink-1.20-shaded_2.12 jar (0.6.x) for entry 3
@@ -211,8 +212,8 @@ else
     jar_list FLEET_CELEBORN_CLIENT_JAR
     fleet_celeborn=${jars[0]:-}
     if [ -n "$fleet_uniffle" ] && [ -n "$fleet_celeborn" ]; then
-      run_entry "fleet-3-nodes-$(basename "$fleet_uniffle" .jar)-GRPC_NETTY+$(basename "$fleet_celeborn" .jar)-$fleet_writer" \
-        -Dshuffle.client=fleet -Dceleborn.client.jar="$fleet_celeborn" -Dceleborn.writers="$fleet_writer" \
+      run_entry "fleet-failover-$(basename "$fleet_uniffle" .jar)-GRPC_NETTY+$(basename "$fleet_celeborn" .jar)-$fleet_writer" \
+        -Dshuffle.client=fleet -Dtest=FleetFailoverTest -Dceleborn.client.jar="$fleet_celeborn" -Dceleborn.writers="$fleet_writer" \
         -Duniffle.client.jar="$fleet_uniffle" -Duniffle.client.type=GRPC_NETTY
     fi
   fi
