@@ -697,6 +697,27 @@ async fn coordinator_matches_tags_and_takes_only_authenticated_heartbeats() {
         .flat_map(|r| r.server.iter().map(|s| s.id.clone()))
         .collect();
     assert_eq!(servers.len(), 2);
+    // A 0.10 driver reassigning a partition asks for one server without the
+    // one that refused it (faultyServerIds): it gets the other.
+    for (faulty, left) in [(&other, env.server()), (&env.server(), other.clone())] {
+        let r = raw
+            .get_shuffle_assignments(GetShuffleServerRequest {
+                application_id: "x".into(),
+                partition_num: 1,
+                partition_num_per_range: 1,
+                data_replica: 1,
+                require_tags: vec!["ss_v5".into(), "GRPC".into()],
+                assignment_shuffle_server_number: 1,
+                faulty_server_ids: vec![faulty.id.clone()],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, StatusCode::Success as i32, "{}", r.ret_msg);
+        assert_eq!(r.assignments.len(), 1);
+        assert_eq!(r.assignments[0].server, vec![left]);
+    }
     // GRPC_NETTY clients only get nodes with a Netty port.
     let a = c
         .assignments("x", 0, 10, Transport::GrpcNetty)
