@@ -533,6 +533,11 @@ pub const UNIFFLE: &[Rule] = &[
         "storage.cold.huge_partition_threshold",
         Size,
     ),
+    map(
+        "rss.server.huge-partition.split.limit",
+        "uniffle.huge_partition_split_limit",
+        Size,
+    ),
     map("rss.server.commit.timeout", "storage.commit_timeout", Duration),
     map("rss.server.preAllocation.expired", "uniffle.ticket_timeout", Duration),
     map("rss.server.tags", "uniffle.tags", List),
@@ -625,7 +630,8 @@ pub const UNIFFLE: &[Rule] = &[
     ignore_prefix(
         "rss.server.huge-partition.",
         NoCounterpart,
-        "Switchyard neither caps nor splits huge partitions; they go to the cold tier",
+        "Switchyard does not cap huge partitions; they go to the cold tier, or are split \
+         (uniffle.huge_partition_split_limit)",
     ),
     ignore_prefix(
         "rss.server.netty.",
@@ -883,6 +889,7 @@ pub const TARGETS: &[&str] = &[
     "uniffle.ticket_timeout",
     "uniffle.node_timeout",
     "uniffle.max_servers_per_shuffle",
+    "uniffle.huge_partition_split_limit",
     "celeborn.master_listen",
     "celeborn.worker_rpc_listen",
     "celeborn.worker_push_listen",
@@ -965,6 +972,8 @@ mod tests {
         let (_, r) = find(t, "rss.server.huge-partition.size.threshold").unwrap();
         assert!(matches!(r.action, Action::Map(_, Conv::Size)));
         let (_, r) = find(t, "rss.server.huge-partition.split.limit").unwrap();
+        assert!(matches!(r.action, Action::Map(_, Conv::Size)));
+        let (_, r) = find(t, "rss.server.huge-partition.hard.limit").unwrap();
         assert!(matches!(r.action, Action::Ignore(Why::NoCounterpart, _)));
         let (_, r) = find(t, "rss.server.no.such.key").unwrap();
         assert!(matches!(r.action, Action::Ignore(Why::Unknown, _)));
