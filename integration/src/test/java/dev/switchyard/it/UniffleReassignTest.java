@@ -68,6 +68,8 @@ class UniffleReassignTest {
     List<Jobs.PartitionDigest> vanilla =
         SparkHarness.runApp(SparkHarness.baseConf("vanilla-reassign"), spark -> Jobs.largeShuffle(spark, records)).value();
     try (LoopbackFleet fleet = LoopbackFleet.start("reassign", 3, "256MiB", "")) {
+      // at[0]: when node 3's refusal is in place; at[1]: at the end; at[2]: right when the
+      // decommission was answered (the others' baseline: a refused write lands after it).
       long[][] at = new long[3][];
       double[] refused = new double[1];
       FleetJobsTest.MapStageTrigger trigger = new FleetJobsTest.MapStageTrigger(Jobs.LARGE_MAPS / 5, () -> {
@@ -76,6 +78,7 @@ class UniffleReassignTest {
           if (code != 202) {
             throw new AssertionError("decommission answered " + code);
           }
+          at[2] = fleet.appended();
           // Tickets granted before the flag was set may still be spent: let them land.
           Thread.sleep(1000);
           at[0] = fleet.appended();
@@ -118,8 +121,8 @@ class UniffleReassignTest {
       if (at[1][2] != at[0][2]) {
         throw new AssertionError("node 3 took " + (at[1][2] - at[0][2]) + " bytes after it refused writes");
       }
-      if (at[1][0] + at[1][1] <= at[0][0] + at[0][1]) {
-        throw new AssertionError("nodes 1 and 2 took nothing after the decommission: the map stage had ended");
+      if (at[1][0] + at[1][1] <= at[2][0] + at[2][1]) {
+        throw new AssertionError("nodes 1 and 2 took nothing after the decommission: the refused writes went nowhere");
       }
     }
   }
