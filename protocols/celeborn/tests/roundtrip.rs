@@ -176,22 +176,7 @@ impl Lm {
             assert_eq!(r.message_type, MessageType::OneWayMessageResponse as i32);
             assert!(r.payload.is_none());
         }
-        let r = master
-            .ask(
-                endpoint::MASTER,
-                TransportMessage::new(
-                    MessageType::HeartbeatFromApplication,
-                    &PbHeartbeatFromApplication {
-                        app_id: app.into(),
-                        should_response: true,
-                        ..Default::default()
-                    },
-                ),
-            )
-            .await
-            .unwrap();
-        let hb: PbHeartbeatFromApplicationResponse = decode(&r).unwrap();
-        assert_eq!(hb.status, 0);
+        assert_eq!(heartbeat(&master, app).await.status, 0);
         let r = master
             .ask(
                 endpoint::MASTER,
@@ -320,6 +305,25 @@ impl Lm {
             .unwrap();
         decode(&r).unwrap()
     }
+}
+
+/// A driver's heartbeat that asks for a reply.
+async fn heartbeat(master: &Connection, app: &str) -> PbHeartbeatFromApplicationResponse {
+    let r = master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::HeartbeatFromApplication,
+                &PbHeartbeatFromApplication {
+                    app_id: app.into(),
+                    should_response: true,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    decode(&r).unwrap()
 }
 
 /// Opens every file with one BATCH_OPEN_STREAM and reads all chunks.
@@ -1579,22 +1583,10 @@ async fn a_user_at_its_quota_gets_check_quota_false_and_no_slots() {
     assert_eq!(slots(1).await, StatusCode::SlotNotAvailable.as_i32());
     // The driver's heartbeat says so too: a 0.6 driver with
     // celeborn.quota.interruptShuffle.enabled cancels its running stages.
-    let r = master
-        .ask(
-            endpoint::MASTER,
-            TransportMessage::new(
-                MessageType::HeartbeatFromApplication,
-                &PbHeartbeatFromApplication {
-                    app_id: "quota-app".into(),
-                    should_response: true,
-                    ..Default::default()
-                },
-            ),
-        )
+    let quota = heartbeat(&master, "quota-app")
         .await
+        .check_quota_response
         .unwrap();
-    let hb: PbHeartbeatFromApplicationResponse = decode(&r).unwrap();
-    let quota = hb.check_quota_response.unwrap();
     assert!(!quota.available);
     assert!(quota.reason.contains("user t1.alice"), "{}", quota.reason);
     drop(lm);
