@@ -29,15 +29,9 @@ class CelebornClientSmokeTest {
     Class<?> c = Class.forName(SparkHarness.CELEBORN_MANAGER);
     URL where = c.getProtectionDomain().getCodeSource().getLocation();
     System.out.println("[suite] " + SparkHarness.CELEBORN_MANAGER + " from " + where);
-    String jar = System.getProperty("celeborn.client.jar", "");
-    if (!jar.isEmpty()) {
-      assertTrue(where.getPath().endsWith("/" + new java.io.File(jar).getName()),
-          "SparkShuffleManager loaded from " + where + ", expected " + jar);
-    } else {
-      String v = System.getProperty("celeborn.client.version", "");
-      assertTrue(where.getPath().contains("/celeborn-client-spark-3-shaded_2.12/" + v + "/"),
-          "SparkShuffleManager loaded from " + where + ", expected Maven version " + v);
-    }
+    String v = System.getProperty("celeborn.client.version", "");
+    assertTrue(where.getPath().contains("/celeborn-client-spark-3-shaded_2.12/" + v + "/"),
+        "SparkShuffleManager loaded from " + where + ", expected Maven version " + v);
     // The shaded client reports its own version; it must be the one the pom asked for.
     Class<?> info = Class.forName("org.apache.celeborn.common.util.Utils");
     System.out.println("[suite] celeborn common classes from "
