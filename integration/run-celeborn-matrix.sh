@@ -6,10 +6,13 @@
 #
 #   1. celeborn-client-spark-3-shaded_2.12 0.5.4 from Maven Central, HASH and SORT
 #   2. celeborn-client-spark-3-shaded_2.12 0.5.1 from Maven Central, HASH and SORT
+#   2a. every jar in $CELEBORN_CLIENT_JARS (Spark 3 client builds, e.g. 0.6.3), HASH and SORT
+#   2b. every jar in $CELEBORN_SPARK4_CLIENT_JARS (celeborn-client-spark-4-shaded_2.13
+#      builds) on Spark 4.0 (Scala 2.13), HASH and SORT
 #   3. Flink 1.20 jobs with the Celeborn Flink client (integration/flink, its own Maven
 #      project): the client jar is not on Maven Central, so they need
 #      CELEBORN_FLINK_CLIENT_JAR; without it the entry runs, its tests report skipped
-#      (about 10 s) and the entry shows SKIP
+#      (about 10 s) and the entry shows SKIP; a jar named there that does not exist fails
 #   4. The Flink protocol driver (JUnit tag "celeborn-flink": CelebornFlinkDriverTest,
 #      CelebornFlinkMixedTest): the Flink client's MAP-partition sequence driven through
 #      the real LifecycleManager and transport classes of the Spark client jar 0.5.4
@@ -28,6 +31,11 @@
 #   SWITCHYARD_BIN           the binary (default: <repo>/target/debug/switchyard)
 #   CELEBORN_MAVEN_VERSIONS  Maven Central versions (default "0.5.4 0.5.1"; empty: none)
 #   CELEBORN_WRITERS         writers per version (default "HASH,SORT")
+#   CELEBORN_CLIENT_JARS     extra Spark 3 client jars, ':'-separated (optional; a missing file fails)
+#   CELEBORN_SPARK4_CLIENT_JARS  Spark 4 client jars, ':'-separated (optional; a missing file fails)
+#   FLEET_UNIFFLE_CLIENT_JAR, FLEET_CELEBORN_CLIENT_JAR  when both are set, the fleet's
+#                            failover scenarios (FleetFailoverTest) run a second time with these
+#                            client jars (Uniffle over GRPC_NETTY)
 #   CELEBORN_SKIP_MIXED=1    leave out the mixed-protocol entry
 #   CELEBORN_SKIP_FLEET=1    leave out the fleet entry
 #   CELEBORN_FLINK_CLIENT_JAR a celeborn-client-flink-1.20-shaded_2.12 jar (0.6.x) for entry 3
@@ -105,6 +113,26 @@ run_entry() {
   summary+=("$line")
 }
 
+# jar_list VAR_NAME: the ':'-separated files of that variable, made absolute; a missing
+# file is a failed entry naming the path (never a skip).
+jar_list() {
+  local var=$1 jar
+  local -a listed
+  jars=()
+  IFS=':' read -r -a listed <<<"${!var:-}"
+  for jar in "${listed[@]}"; do
+    [ -n "$jar" ] || continue
+    if [ ! -f "$jar" ]; then
+      echo
+      echo "=== $var: $jar: FAIL (no such file)"
+      summary+=("FAIL  $var: no such file: $jar")
+      failed=$((failed + 1))
+      continue
+    fi
+    jars+=("$(cd "$(dirname "$jar")" && pwd)/$(basename "$jar")")
+  done
+}
+
 extra_args=("$@")
 echo "switchyard: $bin"
 echo "celeborn client versions: ${versions:-none}; writers: $writers"
@@ -116,7 +144,26 @@ for v in $versions; do
     -Dceleborn.writers="$writers"
 done
 
-if [ "${CELEBORN_SKIP_FLINK:-0}" = 1 ]; then
+jar_list CELEBORN_CLIENT_JARS
+for jar in "${jars[@]}"; do
+  run_entry "$(basename "$jar" .jar)-${writers//,/+}" -Dshuffle.client=celeborn \
+    -Dceleborn.client.jar="$jar" -Dceleborn.writers="$writers"
+done
+
+# Spark 4.0 (Scala 2.13): the pom's spark4 profile; only the Celeborn suite (Uniffle has no
+# Spark 4 client).
+jar_list CELEBORN_SPARK4_CLIENT_JARS
+for jar in "${jars[@]}"; do
+  run_entry "spark-4.0-$(basename "$jar" .jar)-${writers//,/+}" -Dspark4 -Dshuffle.client=celeborn \
+    -Dceleborn.client.jar="$jar" -Dceleborn.writers="$writers"
+done
+
+if [ -n "${CELEBORN_FLINK_CLIENT_JAR:-}" ] && [ ! -f "$CELEBORN_FLINK_CLIENT_JAR" ]; then
+  echo
+  echo "=== Flink entry: FAIL: CELEBORN_FLINK_CLIENT_JAR: no such file: $CELEBORN_FLINK_CLIENT_JAR"
+  summary+=("FAIL  flink: CELEBORN_FLINK_CLIENT_JAR: no such file: $CELEBORN_FLINK_CLIENT_JAR")
+  failed=$((failed + 1))
+elif [ "${CELEBORN_SKIP_FLINK:-0}" = 1 ]; then
   echo
   echo "=== Flink entry: skipped (CELEBORN_SKIP_FLINK=1)"
   summary+=("SKIP  flink: CELEBORN_SKIP_FLINK=1")
@@ -159,6 +206,17 @@ else
   run_entry "fleet-3-nodes-uniffle-0.9.2-GRPC_NETTY+celeborn-$fleet_version-$fleet_writer" -Dshuffle.client=fleet \
     -Dceleborn.client.version="$fleet_version" -Dceleborn.writers="$fleet_writer" \
     -Duniffle.client.version=0.9.2 -Duniffle.client.type=GRPC_NETTY
+  if [ -n "${FLEET_UNIFFLE_CLIENT_JAR:-}${FLEET_CELEBORN_CLIENT_JAR:-}" ]; then
+    jar_list FLEET_UNIFFLE_CLIENT_JAR
+    fleet_uniffle=${jars[0]:-}
+    jar_list FLEET_CELEBORN_CLIENT_JAR
+    fleet_celeborn=${jars[0]:-}
+    if [ -n "$fleet_uniffle" ] && [ -n "$fleet_celeborn" ]; then
+      run_entry "fleet-failover-$(basename "$fleet_uniffle" .jar)-GRPC_NETTY+$(basename "$fleet_celeborn" .jar)-$fleet_writer" \
+        -Dshuffle.client=fleet -Dtest=FleetFailoverTest -Dceleborn.client.jar="$fleet_celeborn" -Dceleborn.writers="$fleet_writer" \
+        -Duniffle.client.jar="$fleet_uniffle" -Duniffle.client.type=GRPC_NETTY
+    fi
+  fi
 fi
 
 echo

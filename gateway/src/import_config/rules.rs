@@ -130,8 +130,14 @@ const MEMORY_RATIO: &str = "a fraction of the JVM's direct (off-heap) memory; Sw
     (CELEBORN_WORKER_OFFHEAP_MEMORY)";
 const NETTY: &str = "Netty transport tuning (threads, buffers, connections per peer, \
     timeouts); Switchyard's connections are bounded by [celeborn.connections]";
-const SINGLE_NODE: &str = "several Celeborn workers under one Master; in Switchyard this \
-    node's Master serves its own Worker, and nodes do not cluster yet";
+const SINGLE_NODE: &str = "several Celeborn workers under one Master; Switchyard's nodes join \
+    a fleet through [cluster] (docs/cluster.md), and every coordinator's Master places \
+    partitions on every live worker, least loaded first";
+const FLEET_COORDINATORS: &str = "Master high availability (Ratis); Switchyard's coordinators \
+    are equals that share what drivers tell them without consensus: list every one in \
+    [cluster] coordinators, and the clients' master endpoints (docs/cluster.md)";
+const QUOTAS: &str = "Switchyard's quotas are storage.apps.max_app_bytes, max_app_partitions \
+    and max_user_bytes (docs/security.md#quotas): set them by hand";
 const ADMIN_HTTP: &str = "Switchyard's admin HTTP (admin.listen, 127.0.0.1:19990) serves \
     /metrics, health and status for every role; it is not upstream's REST API";
 
@@ -180,6 +186,7 @@ pub const CELEBORN: &[Rule] = &[
         Duration,
     ),
     map("celeborn.worker.commitFiles.fsync", "storage.disks.sync", Bool),
+    map("celeborn.auth.enabled", "celeborn.auth_enabled", Bool),
     map(
         "celeborn.worker.monitor.disk.check.timeout",
         "storage.disks.io_timeout",
@@ -256,7 +263,8 @@ pub const CELEBORN: &[Rule] = &[
         "celeborn.push.replicate.enabled",
         ClientOrCluster,
         "replication is the client's choice (spark.celeborn.client.push.replicate.enabled); \
-         Switchyard does not replicate yet: leave it false",
+         a fleet's workers forward pushes to a replica on another node (docs/cluster.md): \
+         nothing to set on the server",
     ),
     ignore(
         "celeborn.storage.s3.dir",
@@ -299,7 +307,11 @@ pub const CELEBORN: &[Rule] = &[
         NoCounterpart,
         "Switchyard binds the configured port or fails",
     ),
-    ignore("celeborn.cluster.name", NoCounterpart, "nodes do not cluster yet"),
+    ignore(
+        "celeborn.cluster.name",
+        ClientOrCluster,
+        "a fleet is the nodes sharing [cluster] coordinators and secret (docs/cluster.md)",
+    ),
     ignore("celeborn.logConf.enabled", NoCounterpart, "check-config prints the effective configuration"),
     // Prefixes.
     ignore_prefix(
@@ -307,16 +319,8 @@ pub const CELEBORN: &[Rule] = &[
         ClientOrCluster,
         "a client setting: it belongs in the job's spark.celeborn.client.* configuration",
     ),
-    ignore_prefix(
-        "celeborn.master.ha.",
-        ClientOrCluster,
-        "Master high availability (Ratis); nodes do not cluster yet",
-    ),
-    ignore_prefix(
-        "celeborn.ha.",
-        ClientOrCluster,
-        "Master high availability (Ratis); nodes do not cluster yet",
-    ),
+    ignore_prefix("celeborn.master.ha.", ClientOrCluster, FLEET_COORDINATORS),
+    ignore_prefix("celeborn.ha.", ClientOrCluster, FLEET_COORDINATORS),
     ignore_prefix("celeborn.master.slot.assign.", ClientOrCluster, SINGLE_NODE),
     ignore_prefix("celeborn.slots.", ClientOrCluster, SINGLE_NODE),
     ignore_prefix(
@@ -388,8 +392,9 @@ pub const CELEBORN: &[Rule] = &[
     ignore_prefix("celeborn.worker.jvmProfiler.", JvmTuning, "a JVM profiler"),
     ignore_prefix(
         "celeborn.worker.replicate.",
-        NoCounterpart,
-        "Switchyard does not replicate yet",
+        JvmTuning,
+        "Netty tuning of the replicate port; a fleet's workers forward replicated pushes on \
+         celeborn.worker_replicate_listen (docs/cluster.md)",
     ),
     ignore_prefix(
         "celeborn.metrics.",
@@ -437,10 +442,20 @@ pub const CELEBORN: &[Rule] = &[
     ignore_prefix("celeborn.worker.storage.expireDirs.", Handled, "a removed application's data is deleted at once"),
     ignore_prefix("celeborn.worker.storage.baseDir.", Handled, "give the directories in storage.disks.dirs"),
     ignore_prefix("celeborn.worker.storage.storagePolicy.", Handled, "Switchyard's tiers are memory, then storage.disks, then [storage.cold]"),
-    ignore_prefix("celeborn.quota.", NoCounterpart, "no quotas in Switchyard"),
+    ignore_prefix("celeborn.quota.", Handled, QUOTAS),
     ignore_prefix("celeborn.dynamicConfig.", NoCounterpart, "no dynamic configuration in Switchyard"),
-    ignore_prefix("celeborn.auth.", NoCounterpart, "SASL authentication is not served yet (docs/security.md)"),
-    ignore_prefix("celeborn.ssl.", NoCounterpart, "TLS is not served yet (docs/security.md)"),
+    ignore_prefix(
+        "celeborn.auth.",
+        Handled,
+        "Celeborn's authentication is on with celeborn.auth_enabled = true (docs/security.md); \
+         the applications' secrets come from their drivers",
+    ),
+    ignore_prefix(
+        "celeborn.ssl.",
+        Handled,
+        "Switchyard's TLS takes PEM files, [celeborn.tls] cert and key (docs/security.md): \
+         export the keystore's certificate and key (keytool, then openssl)",
+    ),
     ignore_prefix("celeborn.internal.port.", NoCounterpart, "no internal ports in Switchyard"),
     ignore_prefix("celeborn.tags.", NoCounterpart, "worker tags have no counterpart"),
     ignore_prefix(
@@ -516,6 +531,11 @@ pub const UNIFFLE: &[Rule] = &[
     map(
         "rss.server.huge-partition.size.threshold",
         "storage.cold.huge_partition_threshold",
+        Size,
+    ),
+    map(
+        "rss.server.huge-partition.split.limit",
+        "uniffle.huge_partition_split_limit",
         Size,
     ),
     map("rss.server.commit.timeout", "storage.commit_timeout", Duration),
@@ -610,7 +630,8 @@ pub const UNIFFLE: &[Rule] = &[
     ignore_prefix(
         "rss.server.huge-partition.",
         NoCounterpart,
-        "Switchyard neither caps nor splits huge partitions; they go to the cold tier",
+        "Switchyard does not cap huge partitions; they go to the cold tier, or are split \
+         (uniffle.huge_partition_split_limit)",
     ),
     ignore_prefix(
         "rss.server.netty.",
@@ -709,18 +730,19 @@ pub const COORDINATOR: &[Rule] = &[
     ),
     ignore_prefix(
         "rss.coordinator.exclude.nodes.",
-        ClientOrCluster,
-        "excluding shuffle servers arrives with clustering",
+        Handled,
+        "to take a node out of placement, decommission it (switchyard ctl decommission, \
+         docs/cluster.md)",
     ),
     ignore_prefix(
         "rss.coordinator.assignment.",
         ClientOrCluster,
-        "assignment across shuffle servers; nodes do not cluster yet",
+        SINGLE_NODE,
     ),
     ignore_prefix(
         "rss.coordinator.select.partition.",
         ClientOrCluster,
-        "assignment across shuffle servers; nodes do not cluster yet",
+        SINGLE_NODE,
     ),
     ignore_prefix(
         "rss.coordinator.startup-silent-period.",
@@ -739,8 +761,8 @@ pub const COORDINATOR: &[Rule] = &[
     ),
     ignore_prefix(
         "rss.coordinator.quota.",
-        NoCounterpart,
-        "no quotas in Switchyard",
+        Handled,
+        QUOTAS,
     ),
     ignore_prefix(
         "rss.coordinator.nodes.",
@@ -782,8 +804,9 @@ pub const UNIFFLE_COMMON: &[Rule] = &[
     ignore("rss.jetty.http.port", NoCounterpart, ADMIN_HTTP),
     ignore(
         "rss.storage.data.replica",
-        NoCounterpart,
-        "Switchyard does not replicate yet",
+        ClientOrCluster,
+        "the client writes its replicas itself (spark.rss.data.replica); a fleet's \
+         coordinators give it distinct servers (docs/cluster.md)",
     ),
     ignore(
         "rss.metrics.reporter.class",
@@ -866,6 +889,7 @@ pub const TARGETS: &[&str] = &[
     "uniffle.ticket_timeout",
     "uniffle.node_timeout",
     "uniffle.max_servers_per_shuffle",
+    "uniffle.huge_partition_split_limit",
     "celeborn.master_listen",
     "celeborn.worker_rpc_listen",
     "celeborn.worker_push_listen",
@@ -873,6 +897,7 @@ pub const TARGETS: &[&str] = &[
     "celeborn.worker_replicate_listen",
     "celeborn.chunk_size",
     "celeborn.app_timeout",
+    "celeborn.auth_enabled",
 ];
 
 /// The rule for `key` in `tables` (searched in order): the first exact
@@ -947,6 +972,8 @@ mod tests {
         let (_, r) = find(t, "rss.server.huge-partition.size.threshold").unwrap();
         assert!(matches!(r.action, Action::Map(_, Conv::Size)));
         let (_, r) = find(t, "rss.server.huge-partition.split.limit").unwrap();
+        assert!(matches!(r.action, Action::Map(_, Conv::Size)));
+        let (_, r) = find(t, "rss.server.huge-partition.hard.limit").unwrap();
         assert!(matches!(r.action, Action::Ignore(Why::NoCounterpart, _)));
         let (_, r) = find(t, "rss.server.no.such.key").unwrap();
         assert!(matches!(r.action, Action::Ignore(Why::Unknown, _)));

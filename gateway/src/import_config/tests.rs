@@ -113,7 +113,9 @@ fn celeborn_units_and_dirs_convert() {
          celeborn.master.heartbeat.application.timeout 10min\n\
          celeborn.worker.commitFiles.timeout 240s\n\
          celeborn.worker.commitFiles.fsync true\n\
-         celeborn.worker.monitor.disk.check.timeout 1h\n",
+         celeborn.worker.monitor.disk.check.timeout 1h\n\
+         celeborn.auth.enabled true\n\
+         celeborn.ssl.rpc_service.enabled true\n",
     )]);
     let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
     assert_eq!(c.celeborn.master_listen, at("127.0.0.1:9097"));
@@ -137,6 +139,11 @@ fn celeborn_units_and_dirs_convert() {
         c.storage.commit_timeout,
         std::time::Duration::from_secs(240)
     );
+    assert!(c.celeborn.auth_enabled);
+    // TLS is served from PEM files, not keystores: the report says how.
+    let tls = ignored(&import, "celeborn.ssl.rpc_service.enabled");
+    assert_eq!(tls.why, Why::Handled);
+    assert!(tls.detail.contains("[celeborn.tls]"), "{}", tls.detail);
     assert!(notes(&import)
         .iter()
         .any(|n| n.contains("disktype= (SSD, SSD) is not kept")));
@@ -525,7 +532,7 @@ fn every_target_loads() {
             "storage.disks.dirs" => Array(vec![String("/d".into())]),
             "uniffle.tags" => Array(vec![String("t".into())]),
             "storage.disks.write_concurrency" | "uniffle.max_servers_per_shuffle" => Integer(3),
-            "storage.disks.sync" => Boolean(true),
+            "storage.disks.sync" | "celeborn.auth_enabled" => Boolean(true),
             "storage.cold.service" => String("hdfs".into()),
             "storage.cold.name_node" => String("hdfs://nn:1".into()),
             "storage.cold.root" => String("/r".into()),

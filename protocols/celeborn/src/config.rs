@@ -46,6 +46,11 @@ pub struct CelebornConfig {
     pub rpc_max_frame_size: ByteSize,
     /// Chunk size of partition reads (`celeborn.shuffle.chunk.size`). Default 8 MiB.
     pub chunk_size: ByteSize,
+    /// Most bytes of Flink hybrid-shuffle pushes (Celeborn as Flink 1.20's
+    /// remote tier) held in memory, inside the node's memory budget (at most
+    /// `storage.memory.capacity`): a push past it flushes its shuffle to
+    /// disk before it is answered. Default 64 MiB.
+    pub hybrid_memory: ByteSize,
     /// An application whose LifecycleManager sends no heartbeat or request
     /// for this long is removed with its data, and its shuffles stay dead.
     /// Default 300 s, Celeborn's `celeborn.master.heartbeat.application.timeout`
@@ -145,6 +150,7 @@ impl Default for CelebornConfig {
             max_frame_size: ByteSize::mib(256),
             rpc_max_frame_size: ByteSize::mib(64),
             chunk_size: ByteSize::mib(8),
+            hybrid_memory: ByteSize::mib(64),
             app_timeout: Duration::from_secs(300),
             stop_quiet: Duration::from_secs(1),
             stop_drain_timeout: Duration::from_secs(30),

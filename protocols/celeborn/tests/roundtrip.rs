@@ -1268,6 +1268,193 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
     assert_eq!(env.store.status().tiers.disk, 0);
 }
 
+/// SEGMENT_START of a hybrid producer on location "0-0".
+async fn start_segment(
+    push: &Connection,
+    key: &str,
+    sub: i32,
+    segment: i32,
+) -> Result<Bytes, String> {
+    let s = PbSegmentStart {
+        mode: 0,
+        shuffle_key: key.into(),
+        partition_unique_id: "0-0".into(),
+        attempt_id: 0,
+        sub_partition_id: sub,
+        segment_id: segment,
+    };
+    map_rpc(push, MessageType::SegmentStart, &s).await
+}
+
+/// A hybrid producer's handshake on location "0-0", then segment 0 of each
+/// of its `subs` sub-partitions.
+async fn hybrid_handshake(push: &Connection, key: &str, subs: i32) {
+    let hs = PbPushDataHandShake {
+        mode: 0,
+        shuffle_key: key.into(),
+        partition_unique_id: "0-0".into(),
+        attempt_id: 0,
+        num_partitions: subs,
+        buffer_size: 32 * 1024,
+    };
+    map_rpc(push, MessageType::PushDataHandShake, &hs)
+        .await
+        .unwrap();
+    for sub in 0..subs {
+        assert!(start_segment(push, key, sub, 0).await.unwrap().is_empty());
+    }
+}
+
+/// Hybrid pushes count against `hybrid_memory`: past it a push flushes its
+/// shuffle to disk; under it the same pushes stay in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flink_hybrid_pushes_past_their_budget_go_to_disk() {
+    for (budget, spilled) in [(1024, true), (1 << 30, false)] {
+        let env = start_tuned(64 << 20, 64 << 10, None, |_, cc| {
+            cc.hybrid_memory = ByteSize::b(budget);
+        })
+        .await;
+        let (app, shuffle) = ("flink-hybrid-budget", 5);
+        let _lm = Lm::start_map(&env, app, shuffle, 1).await;
+        let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
+        let worker = env.node.addrs.worker.as_ref().unwrap();
+        let push = Connection::connect(addr(worker.push_port)).await.unwrap();
+        hybrid_handshake(&push, &key, 1).await;
+        write_region(&push, &key, "0-0", 0, 0, false, &[(0, 10)]).await;
+        let disk = env.store.status().tiers.disk;
+        assert_eq!(disk > 0, spilled, "budget {budget}: {disk} bytes on disk");
+    }
+}
+
+/// Hybrid shuffle (Flink 1.20 with Celeborn as its remote tier): SEGMENT_START
+/// before each segment's records, a reader that opens while the partition is
+/// still written, gets nothing before NOTIFY_REQUIRED_SEGMENT and never a
+/// record of a segment beyond the one it asked for, each as
+/// SUBPARTITION_READ_DATA against credit it granted for an announced backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flink_hybrid_segments_gate_reads_of_a_partition_being_written() {
+    use switchyard_celeborn::frame::Message as M;
+    let env = start(1 << 20, 64 << 10).await;
+    let (app, shuffle) = ("flink-hybrid", 4);
+    let lm = Lm::start_map(&env, app, shuffle, 1).await;
+    let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
+    let worker = env.node.addrs.worker.as_ref().unwrap();
+    let push = Connection::connect(addr(worker.push_port)).await.unwrap();
+    hybrid_handshake(&push, &key, 2).await;
+    let err = start_segment(&push, &key, 2, 0).await.unwrap_err();
+    assert!(err.contains("sub-partition 2 is outside"), "{err}");
+    // Segment 0 of both sub-partitions, then segment 1 of sub-partition 0.
+    let r0 = write_region(&push, &key, "0-0", 0, 0, false, &[(0, 3), (1, 2)]).await;
+    start_segment(&push, &key, 0, 1).await.unwrap();
+    let r1 = write_region(&push, &key, "0-0", 0, 1, false, &[(0, 2)]).await;
+    let sub0 = |r: &[(i32, Bytes)]| -> Vec<Bytes> {
+        r.iter()
+            .filter(|(s, _)| *s == 0)
+            .map(|(_, b)| b.clone())
+            .collect()
+    };
+
+    let fetch = Connection::connect(addr(worker.fetch_port)).await.unwrap();
+    let mut events = fetch.subscribe();
+    let open = PbOpenStream {
+        shuffle_key: key.clone(),
+        file_name: "0-0-0".into(),
+        start_index: 0,
+        end_index: 0,
+        initial_credit: 0,
+        read_local_shuffle: false,
+    };
+    let tm = TransportMessage::from_bytes(
+        fetch
+            .data_rpc(&TransportMessage::new(MessageType::OpenStream, &open))
+            .await
+            .expect("a hybrid partition opens before its commit"),
+    )
+    .unwrap()
+    .unwrap();
+    let stream = decode::<PbStreamHandler>(&tm).unwrap().stream_id;
+    let quiet = Duration::from_millis(300);
+    let nothing = |events: &mut tokio::sync::mpsc::UnboundedReceiver<M>| {
+        let got = events.try_recv();
+        assert!(got.is_err(), "unexpected {got:?}");
+    };
+    tokio::time::sleep(quiet).await;
+    nothing(&mut events);
+
+    // Asks for a segment, then reads what the worker announces for it.
+    let require = |segment: i32| PbNotifyRequiredSegment {
+        stream_id: stream,
+        required_segment_id: segment,
+        sub_partition_id: 0,
+    };
+    async fn read_segment(
+        fetch: &Connection,
+        events: &mut tokio::sync::mpsc::UnboundedReceiver<M>,
+        stream: i64,
+        require: PbNotifyRequiredSegment,
+    ) -> Vec<Bytes> {
+        let tm = TransportMessage::new(MessageType::NotifyRequiredSegment, &require);
+        fetch.data_rpc(&tm).await.unwrap();
+        async fn next(events: &mut tokio::sync::mpsc::UnboundedReceiver<M>) -> M {
+            let recv = tokio::time::timeout(Duration::from_secs(10), events.recv());
+            recv.await.expect("a frame within 10 s").unwrap()
+        }
+        let backlog = match next(events).await {
+            M::BacklogAnnouncement { stream_id, backlog } if stream_id == stream => backlog,
+            other => panic!("expected a backlog, got {other:?}"),
+        };
+        let grant = PbReadAddCredit {
+            stream_id: stream,
+            credit: backlog,
+        };
+        fetch
+            .data_rpc(&TransportMessage::new(MessageType::ReadAddCredit, &grant))
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..backlog {
+            match next(events).await {
+                M::SubPartitionReadData {
+                    stream_id,
+                    sub_partition_id,
+                    body,
+                } if stream_id == stream => {
+                    assert_eq!(sub_partition_id, 0);
+                    got.push(body);
+                }
+                other => panic!("expected data, got {other:?}"),
+            }
+        }
+        got
+    }
+    let seg0 = read_segment(&fetch, &mut events, stream, require(0)).await;
+    assert!(seg0 == sub0(&r0), "segment 0: {} records", seg0.len());
+    tokio::time::sleep(quiet).await;
+    nothing(&mut events);
+
+    // Written while the reader waits: segment 2, in a region of its own.
+    start_segment(&push, &key, 0, 2).await.unwrap();
+    let r2 = write_region(&push, &key, "0-0", 0, 2, false, &[(0, 1)]).await;
+    let seg1 = read_segment(&fetch, &mut events, stream, require(1)).await;
+    assert!(seg1 == sub0(&r1), "segment 1: {} records", seg1.len());
+    tokio::time::sleep(quiet).await;
+    nothing(&mut events);
+    let seg2 = read_segment(&fetch, &mut events, stream, require(2)).await;
+    assert!(seg2 == sub0(&r2), "segment 2: {} records", seg2.len());
+
+    // The commit ends the stream.
+    let c = lm.commit(shuffle, vec!["0-0".into()], 1, 1).await;
+    assert_eq!(c.committed_primary_ids, vec!["0-0".to_string()]);
+    match tokio::time::timeout(Duration::from_secs(10), events.recv()).await {
+        Ok(Some(M::RpcRequest { body, .. })) => {
+            let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
+            assert_eq!(tm.message_type, MessageType::BufferStreamEnd as i32);
+        }
+        other => panic!("expected the stream's end, got {other:?}"),
+    }
+    no_credit_streams_left(&env, "the hybrid stream is forgotten").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flink_map_partition_past_the_huge_threshold_is_read_back_from_the_cold_tier() {
     // 1 MiB of memory, partitions past 256 KiB are huge: the map task's data

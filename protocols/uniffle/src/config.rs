@@ -84,6 +84,13 @@ pub struct UniffleConfig {
     /// 5 ms per map task on a fast disk, a flush of up to the memory budget
     /// at the end of a large write).
     pub report_durability: ReportDurability,
+    /// Huge partition split (Uniffle's `rss.server.huge-partition.split.limit`):
+    /// once a partition has received this many bytes on this server, a
+    /// `requireBuffer` for it names it in `needSplitPartitionIds`, and a 0.10+
+    /// client with `spark.rss.client.reassign.enabled=true` sends its later
+    /// blocks to other servers (see docs/uniffle.md, "Huge partitions").
+    /// Unset (the default): never split. Clients without reassign ignore it.
+    pub huge_partition_split_limit: Option<ByteSize>,
 }
 
 /// When a `reportShuffleResult` is answered (`uniffle.report_durability`).
@@ -122,6 +129,7 @@ impl Default for UniffleConfig {
             connections: ConnectionLimits::default(),
             registration_secret: None,
             report_durability: ReportDurability::Durable,
+            huge_partition_split_limit: None,
         }
     }
 }

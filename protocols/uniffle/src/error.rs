@@ -1,5 +1,7 @@
 //! Errors of the Uniffle adapter, each mapped to the status code a client
-//! understands. Only codes 0–10 are sent: 0.9 clients cannot parse 11–14.
+//! understands. Only codes 0–10 are sent to any client, since 0.9 clients
+//! cannot parse 11–14; the one exception, [`UniffleError::Draining`], goes
+//! only to drivers that sent their 0.10+ SparkConf.
 
 use switchyard_storage::StorageError;
 
@@ -30,6 +32,15 @@ pub enum UniffleError {
     /// ACCESS_DENIED, which the client does not retry.
     #[error("{0}")]
     Quota(String),
+    /// This server is decommissioning and the application's writers
+    /// reassign refused partitions (`spark.rss.client.reassign.enabled`):
+    /// INTERNAL_NOT_RETRY_ERROR, on which the 0.10 client asks its driver
+    /// for another server at once instead of retrying here. Only such
+    /// applications get it; 0.10 is the first client to parse code 14.
+    #[error(
+        "this shuffle server is decommissioning and takes no new blocks; reassign the partition"
+    )]
+    Draining,
     #[error(transparent)]
     Storage(StorageError),
 }
@@ -58,6 +69,7 @@ impl UniffleError {
             UniffleError::NoBuffer(_) => StatusCode::NoBuffer,
             UniffleError::InvalidRequest(_) => StatusCode::InvalidRequest,
             UniffleError::Quota(_) => StatusCode::AccessDenied,
+            UniffleError::Draining => StatusCode::InternalNotRetryError,
             UniffleError::UnknownTicket(_) | UniffleError::Storage(_) => StatusCode::InternalError,
         }
     }

@@ -127,8 +127,8 @@ impl UniffleNode {
         tags.extend(config.tags.iter().cloned());
 
         let nodes = Arc::new(NodeRegistry::new(config.node_timeout));
-        let draining = Arc::new(AtomicBool::new(false));
         let core = ShuffleServerCore::new(store.clone(), config.clone());
+        let draining = core.draining_flag();
         let max = config.max_message_size.as_u64() as usize;
         // What one message may decode into (protobuf amplifies): the same.
         crate::bounded::set_limit(max as u64);
@@ -202,7 +202,10 @@ impl UniffleNode {
 /// The shuffle server's identity: `uniffle.server_id` (the node id), else
 /// `host-grpcport[-nettyport]`, at `uniffle.advertised_host`, else the IP
 /// the gRPC port (or the coordinator) bound; 127.0.0.1 for an unspecified
-/// one.
+/// one. A node that splits huge partitions always takes Uniffle's own form:
+/// the 0.10 client parses the id of a server that asks for a split
+/// (`ShuffleServerInfo.from`, `host-grpcPort[-nettyPort]`, numbers after the
+/// dashes) and fails the task on any other.
 fn server_id(
     config: &UniffleConfig,
     coordinator_addr: Option<SocketAddr>,
@@ -221,8 +224,13 @@ fn server_id(
         }
     });
     let grpc_port = grpc_addr.map_or(0, |a| a.port());
+    let splits = config.huge_partition_split_limit.is_some();
+    if splits && host.contains('-') {
+        tracing::warn!(%host, "uniffle.huge_partition_split_limit is set but the advertised host has a '-': 0.10 clients cannot parse this server's id when it asks for a split; advertise an IP");
+    }
+    let given = config.server_id.as_ref().filter(|_| !splits);
     ShuffleServerId {
-        id: match (&config.server_id, netty_addr) {
+        id: match (given, netty_addr) {
             (Some(id), _) => id.clone(),
             (None, Some(n)) => format!("{host}-{grpc_port}-{}", n.port()),
             (None, None) => format!("{host}-{grpc_port}"),

@@ -697,6 +697,27 @@ async fn coordinator_matches_tags_and_takes_only_authenticated_heartbeats() {
         .flat_map(|r| r.server.iter().map(|s| s.id.clone()))
         .collect();
     assert_eq!(servers.len(), 2);
+    // A 0.10 driver reassigning a partition asks for one server without the
+    // one that refused it (faultyServerIds): it gets the other.
+    for (faulty, left) in [(&other, env.server()), (&env.server(), other.clone())] {
+        let r = raw
+            .get_shuffle_assignments(GetShuffleServerRequest {
+                application_id: "x".into(),
+                partition_num: 1,
+                partition_num_per_range: 1,
+                data_replica: 1,
+                require_tags: vec!["ss_v5".into(), "GRPC".into()],
+                assignment_shuffle_server_number: 1,
+                faulty_server_ids: vec![faulty.id.clone()],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, StatusCode::Success as i32, "{}", r.ret_msg);
+        assert_eq!(r.assignments.len(), 1);
+        assert_eq!(r.assignments[0].server, vec![left]);
+    }
     // GRPC_NETTY clients only get nodes with a Netty port.
     let a = c
         .assignments("x", 0, 10, Transport::GrpcNetty)
@@ -925,4 +946,164 @@ async fn an_application_at_its_quota_is_refused_with_access_denied() {
         .await
         .unwrap();
     admin.unregister_app("quota-app").await.unwrap();
+}
+
+/// registerShuffle as a 0.10 driver sends it: its SparkConf in `properties`.
+async fn register_with_conf(s: &mut ShuffleServer, app: &str, conf: &[(&str, &str)]) {
+    let r = s
+        .grpc()
+        .register_shuffle(ShuffleRegisterRequest {
+            app_id: app.into(),
+            shuffle_id: 0,
+            partition_ranges: vec![ShufflePartitionRange { start: 0, end: 3 }],
+            properties: conf
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, StatusCode::Success as i32, "{}", r.ret_msg);
+}
+
+/// A 0.10 requireBuffer: partition ids with their sizes.
+async fn require(
+    s: &mut ShuffleServer,
+    app: &str,
+    partitions: &[i32],
+    sizes: &[i32],
+) -> RequireBufferResponse {
+    s.grpc()
+        .require_buffer(RequireBufferRequest {
+            require_size: sizes.iter().sum::<i32>().max(1),
+            app_id: app.into(),
+            shuffle_id: 0,
+            partition_ids: partitions.to_vec(),
+            partition_require_sizes: sizes.to_vec(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_past_the_split_limit_is_named_for_splitting() {
+    let env = start_full(
+        64 << 20,
+        |_| {},
+        |u| {
+            u.huge_partition_split_limit = Some(ByteSize::kib(64));
+            u.server_id = Some("sy-node-id".into());
+        },
+    )
+    .await;
+    // The 0.10 client parses the id of a server that asks for a split:
+    // Uniffle's own form, not the node id.
+    let id = env.server();
+    assert_eq!(id.id, format!("{}-{}-{}", id.ip, id.port, id.netty_port));
+    let mut s = ShuffleServer::connect(&env.server(), Transport::GrpcNetty)
+        .await
+        .unwrap();
+    register_with_conf(&mut s, "split-app", &[]).await;
+    let block = |seq: i64, p: i32, len: usize| {
+        let id = block_id(seq, p as i64, 1);
+        (p, vec![ClientBlock::new(id, 1, data(id, len))])
+    };
+    // 60 KiB on partition 0 (over Netty), 1 KiB on partition 1.
+    s.send(
+        "split-app",
+        0,
+        vec![block(0, 0, 60 << 10), block(0, 1, 1 << 10)],
+    )
+    .await
+    .unwrap();
+    let r = require(&mut s, "split-app", &[0, 1], &[2 << 10, 2 << 10]).await;
+    assert_eq!(
+        r.status,
+        StatusCode::Success as i32,
+        "a split still grants the buffer"
+    );
+    assert!(r.require_buffer_id > 0);
+    assert!(
+        r.need_split_partition_ids.is_empty(),
+        "62 KiB stays under 64 KiB"
+    );
+    let r = require(&mut s, "split-app", &[0, 1], &[5 << 10, 5 << 10]).await;
+    assert_eq!(r.status, StatusCode::Success as i32);
+    assert_eq!(r.need_split_partition_ids, vec![0], "65 KiB passes 64 KiB");
+    // Named once: the 0.10.0 writer fails a task told twice (Uniffle #2622).
+    let r = require(&mut s, "split-app", &[0, 1], &[5 << 10, 5 << 10]).await;
+    assert_eq!(r.status, StatusCode::Success as i32);
+    assert!(
+        r.need_split_partition_ids.is_empty(),
+        "{:?}",
+        r.need_split_partition_ids
+    );
+    // A 0.9 client sends no sizes: never split.
+    let r = require(&mut s, "split-app", &[0, 1], &[]).await;
+    assert!(r.need_split_partition_ids.is_empty());
+
+    // Without the limit, nothing is split.
+    let plain = start(64 << 20).await;
+    let mut s = ShuffleServer::connect(&plain.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    register_with_conf(&mut s, "plain-app", &[]).await;
+    s.send("plain-app", 0, vec![block(0, 0, 200 << 10)])
+        .await
+        .unwrap();
+    let r = require(&mut s, "plain-app", &[0], &[100 << 10]).await;
+    assert!(r.need_split_partition_ids.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_refuses_writes_of_reassigning_apps_only() {
+    let env = start(64 << 20).await;
+    let mut s = ShuffleServer::connect(&env.server(), Transport::Grpc)
+        .await
+        .unwrap();
+    let reassign = [("spark.rss.client.reassign.enabled", "true")];
+    register_with_conf(&mut s, "moves", &reassign).await;
+    register_with_conf(
+        &mut s,
+        "stays",
+        &[("spark.rss.client.reassign.enabled", "false")],
+    )
+    .await;
+    register_with_conf(&mut s, "old-client", &[]).await;
+    for app in ["moves", "stays", "old-client"] {
+        assert_eq!(
+            require(&mut s, app, &[0], &[10]).await.status,
+            StatusCode::Success as i32
+        );
+    }
+
+    env.node
+        .draining
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let r = require(&mut s, "moves", &[0], &[10]).await;
+    assert_eq!(
+        (r.status, r.require_buffer_id),
+        (StatusCode::InternalNotRetryError as i32, -1),
+        "the 0.10 client reassigns on it at once: {}",
+        r.ret_msg
+    );
+    assert!(r.ret_msg.contains("decommissioning"), "{}", r.ret_msg);
+    // Clients that would fail their tasks keep being served.
+    for app in ["stays", "old-client"] {
+        assert_eq!(
+            require(&mut s, app, &[0], &[10]).await.status,
+            StatusCode::Success as i32
+        );
+    }
+
+    env.node
+        .draining
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        require(&mut s, "moves", &[0], &[10]).await.status,
+        StatusCode::Success as i32
+    );
 }

@@ -22,6 +22,8 @@ pub enum MapStage {
     HandShake,
     RegionStart,
     RegionFinish,
+    /// Hybrid shuffle's SEGMENT_START.
+    SegmentStart,
     /// A record pushed into a region.
     Data,
 }
@@ -234,6 +236,8 @@ impl CelebornError {
                 (MapStage::RegionStart, true) => StatusCode::RegionStartFailReplica,
                 (MapStage::RegionFinish, false) => StatusCode::RegionFinishFailPrimary,
                 (MapStage::RegionFinish, true) => StatusCode::RegionFinishFailReplica,
+                (MapStage::SegmentStart, false) => StatusCode::SegmentStartFailPrimary,
+                (MapStage::SegmentStart, true) => StatusCode::SegmentStartFailReplica,
                 (MapStage::Data, false) => StatusCode::PushDataFailNonCriticalCausePrimary,
                 (MapStage::Data, true) => StatusCode::PushDataFailNonCriticalCauseReplica,
             },

@@ -2,7 +2,7 @@
 //! stored blocks: registered shuffles, reported block ids, commit counts.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -13,6 +13,12 @@ use crate::bitmap::IdBitmap;
 #[derive(Default)]
 pub(crate) struct AppState {
     pub shuffles: DashMap<i32, Arc<ShuffleState>>,
+    /// The driver registered with `spark.rss.client.reassign.enabled=true`
+    /// (0.10+ clients send their SparkConf with registerShuffle): its writers
+    /// move a partition to another server when this one refuses a write, so a
+    /// decommissioning server may refuse them. Not kept across a restart,
+    /// where it falls back to accepting, as for any client.
+    pub reassign: AtomicBool,
 }
 
 #[derive(Default)]
@@ -23,6 +29,16 @@ pub(crate) struct ShuffleState {
     pub reported: Mutex<HashMap<i32, IdBitmap>>,
     pub commits: AtomicI32,
     pub stage_attempt: AtomicI32,
+    /// Per partition: bytes of block data received here (what the huge
+    /// partition split limit is measured against) and whether a client was
+    /// told to split it.
+    received: DashMap<i32, Received>,
+}
+
+#[derive(Default)]
+struct Received {
+    bytes: AtomicU64,
+    split_told: AtomicBool,
 }
 
 impl ShuffleState {
@@ -37,6 +53,30 @@ impl ShuffleState {
 
     pub(crate) fn has_partition(&self, p: i32) -> bool {
         self.ranges.lock().iter().any(|&(s, e)| s <= p && p <= e)
+    }
+
+    pub(crate) fn add_received(&self, partition: i32, bytes: u64) {
+        self.received
+            .entry(partition)
+            .or_default()
+            .bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn received(&self, partition: i32) -> u64 {
+        self.received
+            .get(&partition)
+            .map_or(0, |r| r.bytes.load(Ordering::Relaxed))
+    }
+
+    /// Marks the partition as told to split; true only the first time.
+    pub(crate) fn first_split_notice(&self, partition: i32) -> bool {
+        !self
+            .received
+            .entry(partition)
+            .or_default()
+            .split_told
+            .swap(true, Ordering::Relaxed)
     }
 
     pub(crate) fn report(&self, partition: i32, ids: &[i64]) {

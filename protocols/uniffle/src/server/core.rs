@@ -2,6 +2,8 @@
 //! takes plain values and returns a typed [`UniffleError`] that the transport
 //! turns into its status code.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +60,14 @@ pub fn stored(app: &str) -> AppId {
     FrontEnd::Uniffle.stored(app)
 }
 
+/// Partition splits, logged at most this often (each is counted).
+static SPLIT_LOG: switchyard_frame::log_limit::LogLimiter =
+    switchyard_frame::log_limit::LogLimiter::new(10_000, 1);
+
+/// The SparkConf key (sent with registerShuffle by 0.10+ clients) that says
+/// the application's writers reassign refused partitions.
+const REASSIGN_KEY: &str = "spark.rss.client.reassign.enabled";
+
 /// Failed background commits, logged at most this often (each is counted).
 static BACKGROUND_COMMIT_LOG: switchyard_frame::log_limit::LogLimiter =
     switchyard_frame::log_limit::LogLimiter::new(10_000, 1);
@@ -93,6 +103,9 @@ pub struct ShuffleServerCore {
     config: UniffleConfig,
     /// Names report notes uniquely, across restarts too (starts at the clock).
     report_seq: std::sync::atomic::AtomicU64,
+    /// Set while the node decommissions (the gateway's flag): reassigning
+    /// applications get their writes refused.
+    draining: Arc<AtomicBool>,
 }
 
 impl ShuffleServerCore {
@@ -108,6 +121,7 @@ impl ShuffleServerCore {
             tickets: Tickets::default(),
             config,
             report_seq: start.into(),
+            draining: Arc::default(),
         });
         core.recover();
         let listener: Arc<dyn AppListener> = core.clone();
@@ -175,6 +189,12 @@ impl ShuffleServerCore {
 
     pub fn config(&self) -> &UniffleConfig {
         &self.config
+    }
+
+    /// The flag that says this node decommissions, shared with whoever
+    /// starts and cancels the decommission.
+    pub fn draining_flag(&self) -> Arc<AtomicBool> {
+        self.draining.clone()
     }
 
     /// Expires unused tickets, until `cancel` fires. (Applications the store
@@ -285,6 +305,17 @@ impl ShuffleServerCore {
         }
     }
 
+    /// Notes whether the application's writers reassign refused partitions,
+    /// from the SparkConf a 0.10+ driver sends with registerShuffle.
+    pub fn set_client_properties(&self, app: &str, properties: &HashMap<String, String>) {
+        let reassign = properties
+            .get(REASSIGN_KEY)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        if let Some(state) = self.apps.get(app) {
+            state.reassign.store(reassign, Ordering::Relaxed);
+        }
+    }
+
     pub fn heartbeat(&self, app: &str) -> Result<()> {
         self.app(app).map(|_| ())
     }
@@ -324,11 +355,54 @@ impl ShuffleServerCore {
         }
         if !app.is_empty() {
             self.shuffle(app, shuffle)?;
+            self.refuse_if_draining(app)?;
             self.store.check_quota(&stored(app))?;
         }
         let reservation = self.store.reserve(size as u64)?;
         request.ok();
         Ok(self.tickets.issue(app, reservation))
+    }
+
+    /// A decommissioning node refuses new blocks of applications that move
+    /// refused partitions elsewhere, so it drains; others it keeps serving
+    /// (they would fail their tasks), as a JVM server serves everyone.
+    fn refuse_if_draining(&self, app: &str) -> Result<()> {
+        let reassigns = || {
+            self.app(app)
+                .is_ok_and(|a| a.reassign.load(Ordering::Relaxed))
+        };
+        if self.draining.load(Ordering::Relaxed) && reassigns() {
+            return Err(UniffleError::Draining);
+        }
+        Ok(())
+    }
+
+    /// The partitions of a granted `requireBuffer` that the client should
+    /// split onto other servers (`uniffle.huge_partition_split_limit`; none
+    /// when it is unset), each named once (see `split`). `sizes` is the
+    /// request's `partitionRequireSizes`.
+    pub fn partitions_to_split(
+        &self,
+        app: &str,
+        shuffle: i32,
+        ids: &[i32],
+        sizes: &[i32],
+    ) -> Vec<i32> {
+        let Some(limit) = self.config.huge_partition_split_limit else {
+            return Vec::new();
+        };
+        let Ok(state) = self.shuffle(app, shuffle) else {
+            return Vec::new();
+        };
+        let split = super::split::newly_past_limit(&state, limit.as_u64(), ids, sizes);
+        if !split.is_empty() {
+            metrics::counter!("switchyard_uniffle_partition_splits_total")
+                .increment(split.len() as u64);
+            if let Some(suppressed) = SPLIT_LOG.allow() {
+                tracing::info!(app, shuffle, partitions = ?split, %limit, suppressed, "huge partition: asking the client to split it onto other servers");
+            }
+        }
+        split
     }
 
     /// Appends the blocks of one request, spending its ticket.
@@ -383,6 +457,7 @@ impl ShuffleServerCore {
             self.store
                 .append(&key, out, Some(&mut ticket.reservation))
                 .await?;
+            state.add_received(partition, bytes);
             traffic::pushed(Protocol::Uniffle, bytes);
         }
         request.ok();

@@ -49,6 +49,7 @@ impl ShuffleServer for ShuffleServerService {
             .await;
         if result.is_ok() {
             self.core.set_user(&r.app_id, &r.user);
+            self.core.set_client_properties(&r.app_id, &r.properties);
         }
         let (status, ret_msg) = outcome(&result, "registerShuffle");
         Ok(Response::new(ShuffleRegisterResponse { status, ret_msg }))
@@ -259,11 +260,20 @@ impl ShuffleServer for ShuffleServerService {
             .core
             .require_buffer(&r.app_id, r.shuffle_id, r.require_size as i64);
         let (status, ret_msg) = outcome(&result, "requireBuffer");
+        let need_split_partition_ids = match &result {
+            Ok(_) => self.core.partitions_to_split(
+                &r.app_id,
+                r.shuffle_id,
+                &r.partition_ids,
+                &r.partition_require_sizes,
+            ),
+            Err(_) => Vec::new(),
+        };
         Ok(Response::new(RequireBufferResponse {
             require_buffer_id: result.unwrap_or(-1),
             status,
             ret_msg,
-            need_split_partition_ids: Vec::new(),
+            need_split_partition_ids,
         }))
     }
 

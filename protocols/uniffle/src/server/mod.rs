@@ -6,6 +6,7 @@ mod apps;
 mod core;
 pub mod grpc;
 pub mod netty;
+mod split;
 mod tickets;
 mod wire;
 

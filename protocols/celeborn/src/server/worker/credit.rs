@@ -20,7 +20,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use switchyard_frame::traffic::{self, Protocol};
 use switchyard_storage::{Chunk, PartitionKey, SelectedView, StorageError, Store};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::map_partition::{FlinkHeader, FLINK_HEADER_LEN};
@@ -45,22 +45,84 @@ static NEXT_SERVER_REQUEST: AtomicI64 = AtomicI64::new(-1);
 pub struct CreditStream {
     pub id: i64,
     pub key: PartitionKey,
-    credit: Semaphore,
-    cancel: CancellationToken,
+    pub(super) credit: Semaphore,
+    pub(super) cancel: CancellationToken,
     last_used: Mutex<Instant>,
+    /// Hybrid shuffle: the segment each sub-partition's reader asked for.
+    pub(super) required: Option<RequiredSegments>,
+}
+
+/// What NOTIFY_REQUIRED_SEGMENT told a hybrid stream, per sub-partition of
+/// its range; -1 until the reader asked (nothing is sent before).
+pub(super) struct RequiredSegments {
+    first: i32,
+    ids: Mutex<Vec<i32>>,
+    pub(super) changed: Notify,
+}
+
+impl RequiredSegments {
+    pub(super) fn get(&self, sub: i32) -> i32 {
+        let i = (sub - self.first) as usize;
+        self.ids.lock().get(i).copied().unwrap_or(-1)
+    }
 }
 
 impl CreditStream {
     pub fn new(id: i64, key: PartitionKey, initial_credit: i32) -> Arc<Self> {
+        Self::build(id, key, initial_credit, None)
+    }
+
+    /// A hybrid stream over sub-partitions `[start, end]`.
+    pub fn segmented(
+        id: i64,
+        key: PartitionKey,
+        initial_credit: i32,
+        start: i32,
+        end: i32,
+    ) -> Arc<Self> {
+        let width = usize::try_from(end - start + 1).unwrap_or(0);
+        let required = RequiredSegments {
+            first: start,
+            ids: Mutex::new(vec![-1; width]),
+            changed: Notify::new(),
+        };
+        Self::build(id, key, initial_credit, Some(required))
+    }
+
+    fn build(
+        id: i64,
+        key: PartitionKey,
+        initial_credit: i32,
+        required: Option<RequiredSegments>,
+    ) -> Arc<Self> {
         let s = Arc::new(CreditStream {
             id,
             key,
             credit: Semaphore::new(0),
             cancel: CancellationToken::new(),
             last_used: Mutex::new(Instant::now()),
+            required,
         });
         s.add_credit(initial_credit);
         s
+    }
+
+    /// NOTIFY_REQUIRED_SEGMENT; false for a stream that is not a hybrid one
+    /// or a sub-partition outside its range.
+    pub fn require_segment(&self, sub: i32, segment: i32) -> bool {
+        let Some(r) = &self.required else {
+            return false;
+        };
+        let Some(i) = usize::try_from(sub - r.first).ok() else {
+            return false;
+        };
+        match r.ids.lock().get_mut(i) {
+            Some(id) => *id = segment,
+            None => return false,
+        }
+        r.changed.notify_waiters();
+        self.touch();
+        true
     }
 
     /// Adds credit; non-positive or oversized grants are ignored.
@@ -77,7 +139,7 @@ impl CreditStream {
         self.cancel.cancel();
     }
 
-    fn touch(&self) {
+    pub(super) fn touch(&self) {
         *self.last_used.lock() = Instant::now();
     }
 
@@ -87,7 +149,7 @@ impl CreditStream {
 }
 
 /// How a stream ended.
-enum End {
+pub(super) enum End {
     /// Every record sent.
     Finished,
     /// The reader closed it, its connection went away, or it was expired.
@@ -104,6 +166,27 @@ pub async fn run(
 ) {
     let started = Instant::now();
     let result = send_all(&state.store, &stream, &view, &replier).await;
+    if let Ok(End::Finished) = result {
+        tracing::debug!(
+            stream = stream.id,
+            partition = %stream.key,
+            records = view.blocks,
+            bytes = view.total_bytes(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "credit stream finished"
+        );
+    }
+    finish(state, stream, result, replier).await;
+}
+
+/// Ends a stream: BUFFER_STREAM_END after its last record, or its failure
+/// as TRANSPORTABLE_ERROR; then forgets it.
+pub(super) async fn finish(
+    state: Arc<WorkerState>,
+    stream: Arc<CreditStream>,
+    result: Result<End, StreamError>,
+    replier: Replier,
+) {
     match result {
         Ok(End::Finished) => {
             let end = PbBufferStreamEnd {
@@ -116,14 +199,6 @@ pub async fn run(
                     body: TransportMessage::new(MessageType::BufferStreamEnd, &end).to_bytes(),
                 })
                 .await;
-            tracing::debug!(
-                stream = stream.id,
-                partition = %stream.key,
-                records = view.blocks,
-                bytes = view.total_bytes(),
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "credit stream finished"
-            );
         }
         Ok(End::Abandoned) => {
             tracing::debug!(stream = stream.id, partition = %stream.key, "credit stream abandoned");

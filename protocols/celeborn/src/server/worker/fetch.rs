@@ -9,6 +9,7 @@ use switchyard_frame::traffic::{self, Protocol, Request};
 use switchyard_ident::FrontEnd;
 
 use super::credit::{self, CreditStream, CREDIT_BATCH_BYTES};
+use super::segment_stream;
 use super::state::{parse_unique_id, Location, WorkerState};
 use crate::auth;
 use crate::frame::{Message, StreamChunkSlice};
@@ -70,8 +71,12 @@ impl FetchPort {
                     file: file(),
                 });
             }
-            if !loc.committed.load(std::sync::atomic::Ordering::Acquire) {
+            // A hybrid producer's partition is read while it is written.
+            if !meta.has_segments() && !loc.committed.load(std::sync::atomic::Ordering::Acquire) {
                 return Err(CelebornError::NotCommitted(file()));
+            }
+            if meta.has_segments() {
+                return Ok(None);
             }
             self.state
                 .store
@@ -81,6 +86,7 @@ impl FetchPort {
                     CREDIT_BATCH_BYTES,
                 )
                 .await
+                .map(Some)
                 .map_err(|e| CelebornError::open(file(), e))
         }
         .await;
@@ -99,7 +105,11 @@ impl FetchPort {
             }
         };
         let id = self.state.next_stream_id();
-        let stream = CreditStream::new(id, loc.key.clone(), r.initial_credit);
+        let (start, end) = (r.start_index, r.end_index);
+        let stream = match &view {
+            Some(_) => CreditStream::new(id, loc.key.clone(), r.initial_credit),
+            None => CreditStream::segmented(id, loc.key.clone(), r.initial_credit, start, end),
+        };
         self.state.credit_streams.insert(id, stream.clone());
         self.state.publish_stream_gauges();
         tracing::debug!(
@@ -109,7 +119,8 @@ impl FetchPort {
             end = r.end_index,
             initial_credit = r.initial_credit,
             stream = id,
-            records = view.blocks,
+            records = view.as_ref().map(|v| v.blocks),
+            hybrid = view.is_none(),
             "credit stream opened"
         );
         // The reader registers the stream when this reply arrives and drops
@@ -127,14 +138,38 @@ impl FetchPort {
             })
             .await;
         if sent {
-            tokio::spawn(credit::run(
-                self.state.clone(),
-                stream,
-                view,
-                replier.clone(),
-            ));
+            let state = self.state.clone();
+            match view {
+                Some(view) => tokio::spawn(credit::run(state, stream, view, replier.clone())),
+                None => tokio::spawn(segment_stream::run(
+                    state,
+                    stream,
+                    loc,
+                    (start, end),
+                    replier.clone(),
+                )),
+            };
         } else {
             self.state.end_stream(id);
+        }
+    }
+
+    /// NOTIFY_REQUIRED_SEGMENT of a hybrid reader (answered empty, as
+    /// Celeborn does, whatever it names).
+    fn require_segment(&self, r: PbNotifyRequiredSegment) {
+        let (stream_id, sub, segment) = (r.stream_id, r.sub_partition_id, r.required_segment_id);
+        match self.state.credit_streams.get(&stream_id) {
+            Some(s) => {
+                if !s.require_segment(sub, segment) {
+                    tracing::warn!(stream_id, sub, segment, "required segment ignored");
+                }
+            }
+            None => tracing::debug!(
+                stream_id,
+                sub,
+                segment,
+                "required segment of an unknown stream"
+            ),
         }
     }
 
@@ -300,6 +335,15 @@ impl FetchPort {
                 }
                 Err(e) => Err(bad(e)),
             },
+            Some(MessageType::NotifyRequiredSegment) => {
+                match tm.decode_payload::<PbNotifyRequiredSegment>() {
+                    Ok(r) => {
+                        self.require_segment(r);
+                        Ok(None)
+                    }
+                    Err(e) => Err(bad(e)),
+                }
+            }
             Some(MessageType::BatchOpenStream) => match tm
                 .decode_payload::<PbOpenStreamList>()
                 .map_err(bad)

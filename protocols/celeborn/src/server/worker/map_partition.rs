@@ -16,6 +16,8 @@ use std::ops::Range;
 
 use switchyard_storage::{IndexRecord, Selection};
 
+use super::segments::Segments;
+
 /// How a credit stream cuts stored bytes back into records (fuzzed with the
 /// rest of this module's decoding).
 pub use super::credit::split_records;
@@ -70,6 +72,8 @@ pub enum MapPartitionError {
         "Must writing data in reduce partition index order, but now partitionId is {sub} and pre partitionId is {previous}"
     )]
     OutOfOrder { sub: i32, previous: i32 },
+    #[error("segment {segment} of sub-partition {sub} starts after segment {last}")]
+    SegmentOutOfOrder { sub: i32, segment: i32, last: i32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +97,8 @@ pub struct MapPartition {
     buffer_size: i32,
     open: Option<OpenRegion>,
     regions: Vec<Region>,
+    /// A hybrid producer's segments, from its first SEGMENT_START on.
+    segments: Option<Segments>,
 }
 
 impl MapPartition {
@@ -163,7 +169,35 @@ impl MapPartition {
             });
         }
         open.current_sub = sub;
+        if let Some(segments) = &mut self.segments {
+            segments.count(sub);
+        }
         Ok(header)
+    }
+
+    /// SEGMENT_START: segment `segment` of `sub` begins with the next record
+    /// of `sub` (see [`Segments`]).
+    pub fn segment_start(&mut self, sub: i32, segment: i32) -> Result<(), MapPartitionError> {
+        if self.num_sub_partitions == 0 {
+            return Err(MapPartitionError::NoHandshake);
+        }
+        let count = self.num_sub_partitions;
+        self.segments
+            .get_or_insert_with(|| Segments::new(count))
+            .start(sub, segment)
+    }
+
+    /// Whether a hybrid producer writes this partition (segment by segment).
+    pub fn has_segments(&self) -> bool {
+        self.segments.is_some()
+    }
+
+    /// The segment of the `index`-th record of `sub` (0 when unknown).
+    pub fn segment_of(&self, sub: i32, index: i64) -> i32 {
+        self.segments
+            .as_ref()
+            .and_then(|s| s.segment_of(sub, index))
+            .unwrap_or(0)
     }
 
     /// Finishes the open region; `next_record` is one past its last record.
@@ -196,11 +230,23 @@ impl MapPartition {
     /// (the range is at most [`MAX_SUB_PARTITIONS`] wide), so the selection
     /// never holds more records than the location stored.
     pub fn select(&self, records: Vec<IndexRecord>, start: i32, end: i32) -> Selection {
+        self.select_after(records, start, end, 0)
+    }
+
+    /// [`MapPartition::select`] of the finished regions after the first
+    /// `skip` (a stream that follows a partition still being written).
+    pub fn select_after(
+        &self,
+        records: Vec<IndexRecord>,
+        start: i32,
+        end: i32,
+        skip: usize,
+    ) -> Selection {
         let repeat = u32::try_from(i64::from(end) - i64::from(start) + 1).unwrap_or(0);
         let (start, end) = (start as i64, end as i64);
         let mut out = Selection::default();
         let mut rest = records.as_slice();
-        for region in &self.regions {
+        for region in self.regions.iter().skip(skip) {
             // Records are in sequence order: skip to this region, take it.
             let from = rest.partition_point(|r| r.block_id < region.records.start);
             rest = &rest[from..];
@@ -277,6 +323,7 @@ impl MapPartition {
             buffer_size,
             open: None,
             regions,
+            segments: None,
         })
     }
 

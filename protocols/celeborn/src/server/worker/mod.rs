@@ -7,10 +7,13 @@ mod congestion;
 mod credit;
 mod fetch;
 mod gate;
+mod hybrid_budget;
 pub mod map_partition;
 mod push;
 mod replicate;
 mod rpc;
+mod segment_stream;
+mod segments;
 mod state;
 
 pub use fetch::FetchPort;

@@ -24,7 +24,9 @@ use switchyard_storage::{Block, BlockMeta};
 use super::state::{Location, ShuffleState, WorkerState};
 use crate::frame::{Message, Mode, PushData, PushMergedData};
 use crate::modes::SplitMode;
-use crate::proto::{MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart};
+use crate::proto::{
+    MessageType, PbPushDataHandShake, PbRegionFinish, PbRegionStart, PbSegmentStart,
+};
 use crate::server::conn::{Handler, Replier};
 use crate::server::error::{CelebornError, MapStage};
 use crate::status::StatusCode;
@@ -49,6 +51,11 @@ enum MapControl {
         broadcast: bool,
     },
     RegionFinish,
+    /// Hybrid shuffle: a sub-partition's next segment begins.
+    SegmentStart {
+        sub_partition: i32,
+        segment: i32,
+    },
 }
 
 impl MapRequest {
@@ -88,6 +95,14 @@ impl MapRequest {
                     r.mode,
                     MapControl::RegionFinish,
                 )
+            }
+            Some(MessageType::SegmentStart) => {
+                let r: PbSegmentStart = tm.decode_payload().map_err(bad)?;
+                let control = MapControl::SegmentStart {
+                    sub_partition: r.sub_partition_id,
+                    segment: r.segment_id,
+                };
+                request(r.shuffle_key, r.partition_unique_id, r.mode, control)
             }
             _ => {
                 return Err(CelebornError::Unsupported {
@@ -623,6 +638,7 @@ impl PushPort {
             MapControl::HandShake { .. } => MapStage::HandShake,
             MapControl::RegionStart { .. } => MapStage::RegionStart,
             MapControl::RegionFinish => MapStage::RegionFinish,
+            MapControl::SegmentStart { .. } => MapStage::SegmentStart,
         };
         match r.control {
             MapControl::HandShake {
@@ -634,8 +650,14 @@ impl PushPort {
             }
             MapControl::RegionFinish => {
                 map.region_finish(loc.peek_block_id());
+                // Streams following a partition still being written read on.
+                loc.grown.notify_waiters();
                 Ok(())
             }
+            MapControl::SegmentStart {
+                sub_partition,
+                segment,
+            } => map.segment_start(sub_partition, segment),
         }
         .map_err(|source| CelebornError::MapPartition {
             location: format!("{shuffle_key}/{uid}"),
@@ -658,16 +680,17 @@ impl PushPort {
                 "{key}/{uid} is already committed"
             )));
         }
-        let header =
-            loc.map
-                .lock()
-                .accept(&p.body)
-                .map_err(|source| CelebornError::MapPartition {
-                    location: format!("{key}/{uid}"),
-                    stage: MapStage::Data,
-                    replica,
-                    source,
-                })?;
+        let (header, hybrid) = {
+            let mut map = loc.map.lock();
+            (map.accept(&p.body), map.has_segments())
+        };
+        let header = header.map_err(|source| CelebornError::MapPartition {
+            location: format!("{key}/{uid}"),
+            stage: MapStage::Data,
+            replica,
+            source,
+        })?;
+        let len = p.body.len() as u64;
         self.append_block(
             &loc,
             p.body,
@@ -675,7 +698,38 @@ impl PushPort {
             header.batch,
             Protocol::Flink,
         )
-        .await
+        .await?;
+        if hybrid && shuffle.hybrid.add(len) {
+            self.flush_hybrid(shuffle, replica).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes a hybrid shuffle whose push took the node's hybrid bytes past
+    /// `hybrid_memory` (see [`super::hybrid_budget`]).
+    async fn flush_hybrid(
+        &self,
+        shuffle: &ShuffleState,
+        replica: bool,
+    ) -> Result<(), CelebornError> {
+        let taken = shuffle.hybrid.take();
+        let app = super::state::stored_app(&shuffle.app);
+        match self
+            .state
+            .store
+            .flush_shuffle(&app, shuffle.shuffle_id)
+            .await
+        {
+            Ok(()) => {
+                shuffle.hybrid.flushed(taken);
+                metrics::counter!("switchyard_celeborn_hybrid_flushes_total").increment(1);
+                Ok(())
+            }
+            Err(source) => {
+                shuffle.hybrid.restore(taken);
+                Err(CelebornError::Write { replica, source })
+            }
+        }
     }
 
     /// The reply to a map-partition request or record: failures carry their

@@ -286,6 +286,9 @@ impl WorkerEndpoint {
                     continue;
                 };
                 loc.committed.store(true, Ordering::Release);
+                loc.grown.notify_waiters();
+                // The commit flushes the shuffle's hybrid bytes.
+                shuffle.hybrid.flushed(shuffle.hybrid.take());
                 // A map partition's regions go into the manifest with it.
                 let notes = if shuffle.is_map() {
                     vec![(map_note_name(uid, replica), loc.map.lock().to_note())]

@@ -12,6 +12,7 @@ use switchyard_ident::{FrontEnd, Protocol};
 use switchyard_storage::{AppId, AppListener, AppRemoved, PartitionKey, PartitionView, Store};
 
 use super::credit::CreditStream;
+use super::hybrid_budget::{HybridBudget, ShuffleHold};
 use super::map_partition::MapPartition;
 use crate::config::CelebornConfig;
 use crate::modes::{PartitionType, SplitMode};
@@ -130,6 +131,9 @@ pub struct Location {
     pub peer: parking_lot::RwLock<Option<String>>,
     /// Regions of a map partition (Flink); unused for reduce partitions.
     pub map: Mutex<MapPartition>,
+    /// Woken when a map partition's readable part grows (a region finished)
+    /// or it is committed: hybrid streams follow it while it is written.
+    pub grown: tokio::sync::Notify,
 }
 
 impl Location {
@@ -157,6 +161,8 @@ pub struct ShuffleState {
     pub commits: Mutex<HashMap<i64, Arc<tokio::sync::OnceCell<PbCommitFilesResponse>>>>,
     /// Successful attempt per map index from the last commit; -1 = unfinished.
     pub map_attempts: RwLock<Option<Vec<i32>>>,
+    /// Hybrid-shuffle bytes of this shuffle counted as in memory.
+    pub(crate) hybrid: ShuffleHold,
 }
 
 impl ShuffleState {
@@ -192,6 +198,7 @@ impl ShuffleState {
                     committed: AtomicBool::new(false),
                     peer: parking_lot::RwLock::new(None),
                     map: Mutex::new(MapPartition::default()),
+                    grown: tokio::sync::Notify::new(),
                 })
             })
             .clone();
@@ -274,6 +281,8 @@ pub struct WorkerState {
     pub(crate) replicator: super::replicate::Replicator,
     /// Whether pushes are answered congested (`[celeborn.congestion]`).
     pub(crate) congestion: super::congestion::Congestion,
+    /// Flink hybrid-shuffle bytes in memory (`hybrid_memory`).
+    pub(crate) hybrid: Arc<HybridBudget>,
 }
 
 impl WorkerState {
@@ -282,6 +291,9 @@ impl WorkerState {
     pub fn new(store: Arc<Store>, config: CelebornConfig, addr: WorkerAddr) -> Arc<Self> {
         let replicator = super::replicate::Replicator::new(config.source_address);
         let congestion = super::congestion::Congestion::new(config.congestion.clone());
+        // Inside the node's budget: never more than all of it.
+        let hybrid =
+            HybridBudget::new(config.hybrid_memory.as_u64().min(store.budget().capacity()));
         let state = Arc::new(WorkerState {
             store,
             config,
@@ -297,6 +309,7 @@ impl WorkerState {
             started: std::time::Instant::now(),
             replicator,
             congestion,
+            hybrid,
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
@@ -552,6 +565,7 @@ impl WorkerState {
                         locations: DashMap::new(),
                         commits: Mutex::new(HashMap::new()),
                         map_attempts: RwLock::new(None),
+                        hybrid: ShuffleHold::new(self.hybrid.clone()),
                     })
                 })
                 .clone(),

@@ -1,5 +1,6 @@
 package dev.switchyard.it;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -7,6 +8,7 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.URL;
+import java.nio.file.Paths;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
@@ -29,9 +31,15 @@ class CelebornClientSmokeTest {
     Class<?> c = Class.forName(SparkHarness.CELEBORN_MANAGER);
     URL where = c.getProtectionDomain().getCodeSource().getLocation();
     System.out.println("[suite] " + SparkHarness.CELEBORN_MANAGER + " from " + where);
-    String v = System.getProperty("celeborn.client.version", "");
-    assertTrue(where.getPath().contains("/celeborn-client-spark-3-shaded_2.12/" + v + "/"),
-        "SparkShuffleManager loaded from " + where + ", expected Maven version " + v);
+    String jar = SparkHarness.celebornJar();
+    if (jar != null) {
+      assertEquals(Paths.get(jar).toRealPath(), Paths.get(where.toURI()).toRealPath(),
+          "SparkShuffleManager loaded from " + where + ", expected -Dceleborn.client.jar");
+    } else {
+      String v = System.getProperty("celeborn.client.version", "");
+      assertTrue(where.getPath().contains("/celeborn-client-spark-3-shaded_2.12/" + v + "/"),
+          "SparkShuffleManager loaded from " + where + ", expected Maven version " + v);
+    }
     // The shaded client reports its own version; it must be the one the pom asked for.
     Class<?> info = Class.forName("org.apache.celeborn.common.util.Utils");
     System.out.println("[suite] celeborn common classes from "

@@ -66,8 +66,18 @@ public final class SparkHarness {
     return "maven:" + System.getProperty("uniffle.client.version", "?");
   }
 
-  /** "maven:0.5.4", for log lines. */
+  /** The Celeborn client jar given with -Dceleborn.client.jar, or null when the Maven one is used. */
+  public static String celebornJar() {
+    String jar = System.getProperty("celeborn.client.jar", "");
+    return jar.isEmpty() ? null : jar;
+  }
+
+  /** "maven:0.5.4" or "jar:<file name>", for log lines. */
   public static String celebornLabel() {
+    String jar = celebornJar();
+    if (jar != null) {
+      return "jar:" + Paths.get(jar).getFileName();
+    }
     return "maven:" + System.getProperty("celeborn.client.version", "?");
   }
 

@@ -55,6 +55,9 @@ public final class SwitchyardProcess implements AutoCloseable {
   /** Data directories before the node's own {@code data} dir, and lines inside {@code [storage.disks]}. */
   private List<Path> firstDirs = List.of();
   private String disksExtra = "";
+  /** Lines inside {@code [admin]} and {@code [uniffle]}. */
+  private String adminExtra = "";
+  private String uniffleExtra = "";
   private final int celebornMasterPort;
   private final int celebornRpcPort;
   private final int celebornPushPort;
@@ -153,6 +156,27 @@ public final class SwitchyardProcess implements AutoCloseable {
   }
 
   /**
+   * As {@link #start(String, String)} (Uniffle only) with {@code adminExtra} lines inside {@code
+   * [admin]} (e.g. {@code token = "t"}), {@code uniffleExtra} lines inside {@code [uniffle]} and
+   * {@code extraToml} whole tables appended (e.g. {@code [cluster]}). Each ends with a newline or
+   * is empty.
+   */
+  public static SwitchyardProcess startWithSections(
+      String name, String memoryCapacity, String adminExtra, String uniffleExtra, String extraToml)
+      throws IOException {
+    SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, false, "", extraToml);
+    p.adminExtra = adminExtra;
+    p.uniffleExtra = uniffleExtra;
+    try {
+      p.launch();
+      return p;
+    } catch (RuntimeException | IOException e) {
+      p.close();
+      throw e;
+    }
+  }
+
+  /**
    * As {@link #startWithCeleborn}, with Celeborn's authentication on ({@code celeborn.auth_enabled}):
    * clients must run with {@code spark.celeborn.auth.enabled=true}.
    */
@@ -195,11 +219,13 @@ public final class SwitchyardProcess implements AutoCloseable {
     Path dataDir = workDir.resolve("data");
     return "[admin]\n"
         + "listen = \"127.0.0.1:" + adminPort + "\"\n"
+        + adminExtra
         + "[uniffle]\n"
         + "coordinator_listen = \"127.0.0.1:" + coordinatorPort + "\"\n"
         + "server_grpc_listen = \"127.0.0.1:" + grpcPort + "\"\n"
         + "server_netty_listen = \"127.0.0.1:" + nettyPort + "\"\n"
         + "advertised_host = \"127.0.0.1\"\n"
+        + uniffleExtra
         + uniffleConf()
         + (celeborn ? celebornSection() : "[celeborn]\nenabled = false\n")
         + "[storage.memory]\n"
