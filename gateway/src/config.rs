@@ -95,6 +95,12 @@ pub struct NodeConfig {
     /// replica on a rack other than its primary's. Default: none, which
     /// Celeborn calls `/default-rack`.
     pub rack: Option<String>,
+    /// This node's worker tags (Celeborn 0.6's worker tags, e.g. `ssd`,
+    /// `env=prod`): a Celeborn client whose `celeborn.tags.tagsExpr` names
+    /// tags gets only workers carrying all of them (`celeborn.tags_enabled`).
+    /// Each 1 to 128 printable ASCII characters without spaces or commas.
+    /// Default: none.
+    pub tags: Vec<String>,
 }
 
 /// Why a node id or rack is refused.
@@ -102,6 +108,8 @@ pub struct NodeConfig {
 pub enum NameError {
     #[error("node.rack {0:?} must be 1 to 128 printable ASCII characters without spaces")]
     Rack(String),
+    #[error("node.tags entry {0:?} must be 1 to 128 printable ASCII characters without spaces or commas")]
+    Tag(String),
     #[error("node id {0:?} must have 1 to {MAX_NODE_ID_LEN} characters")]
     IdLength(String),
     #[error("node id {0:?} has {1:?}: use only letters, digits, '.', '_' and '-'")]
@@ -112,6 +120,15 @@ pub enum NameError {
 pub fn check_rack(rack: &str) -> Result<(), NameError> {
     if rack.is_empty() || rack.len() > 128 || !rack.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(NameError::Rack(rack.to_string()));
+    }
+    Ok(())
+}
+
+/// A worker tag is a rack-like name without commas, which separate the
+/// tags of a client's expression.
+pub fn check_tag(tag: &str) -> Result<(), NameError> {
+    if check_rack(tag).is_err() || tag.contains(',') {
+        return Err(NameError::Tag(tag.to_string()));
     }
     Ok(())
 }
@@ -207,6 +224,7 @@ impl GatewayConfig {
         self.apply_env(env)?;
         self.apply_host();
         self.apply_roles();
+        self.celeborn.worker_tags = self.node.tags.clone();
         self.validate()?;
         Ok(self)
     }
@@ -365,6 +383,13 @@ impl GatewayConfig {
         if let Some(rack) = &self.node.rack {
             check_rack(rack)?;
         }
+        for tag in &self.node.tags {
+            check_tag(tag)?;
+        }
+        self.celeborn
+            .congestion
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid [celeborn.congestion]: {e}"))?;
         EnvFilter::try_new(&self.log.level).map_err(|e| {
             anyhow::anyhow!(
                 "log.level {:?} (config file, SWITCHYARD_LOG or RUST_LOG) is not a valid filter: {e}",
@@ -852,6 +877,33 @@ mod tests {
         assert!(check_rack("/dc1/rack-7").is_ok());
         assert!(check_rack("").is_err());
         assert!(check_rack("/rack 7").is_err());
+    }
+
+    #[test]
+    fn node_tags_reach_the_celeborn_worker_and_are_checked() {
+        let c = GatewayConfig::from_toml("[node]\ntags = [\"ssd\", \"env=prod\"]")
+            .unwrap()
+            .finish(|_| None)
+            .unwrap();
+        assert_eq!(c.celeborn.worker_tags, ["ssd", "env=prod"]);
+        for bad in ["a,b", "a b", ""] {
+            let toml = format!("[node]\ntags = [{bad:?}]");
+            let err = GatewayConfig::from_toml(&toml)
+                .unwrap()
+                .finish(|_| None)
+                .unwrap_err();
+            assert!(format!("{err:#}").contains("node.tags"), "{bad:?}: {err:#}");
+        }
+        let err = GatewayConfig::from_toml(
+            "[celeborn.congestion]\nhigh_watermark = 0.5\nlow_watermark = 0.7",
+        )
+        .unwrap()
+        .finish(|_| None)
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("celeborn.congestion"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -130,6 +130,7 @@ impl Fleet for CelebornFleet {
                     } else {
                         w.rack.clone()
                     },
+                    tags: w.celeborn.as_ref()?.tags.clone(),
                 })
             })
             .collect()
@@ -241,6 +242,7 @@ impl LocalWorker for NodeWorker {
                     push_port: a.push_port,
                     fetch_port: a.fetch_port,
                     replicate_port: a.replicate_port,
+                    tags: w.tags().to_vec(),
                 }
             }),
             load: Some(Load {

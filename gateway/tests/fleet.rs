@@ -215,22 +215,27 @@ fn three_nodes_serve_as_one_fleet() {
         let conn = Connection::connect(cluster.node(1).celeborn_master())
             .await
             .unwrap();
-        let reply = conn
-            .ask(
-                endpoint::MASTER,
-                TransportMessage::new(
-                    MessageType::RequestSlots,
-                    &PbRequestSlots {
-                        application_id: "fleet-spares".into(),
-                        partition_id_list: vec![0],
-                        should_replicate: true,
-                        ..Default::default()
-                    },
-                ),
-            )
-            .await
-            .unwrap();
-        let slots: PbRequestSlotsResponse = reply.decode_payload().unwrap();
+        let request_slots = |r: PbRequestSlots| {
+            let conn = &conn;
+            async move {
+                let reply = conn
+                    .ask(
+                        endpoint::MASTER,
+                        TransportMessage::new(MessageType::RequestSlots, &r),
+                    )
+                    .await
+                    .unwrap();
+                let slots: PbRequestSlotsResponse = reply.decode_payload().unwrap();
+                slots
+            }
+        };
+        let slots = request_slots(PbRequestSlots {
+            application_id: "fleet-spares".into(),
+            partition_id_list: vec![0],
+            should_replicate: true,
+            ..Default::default()
+        })
+        .await;
         assert_eq!(slots.status, 0);
         assert_eq!(slots.worker_resource.len(), 3, "{slots:?}");
         let spares: Vec<_> = slots
@@ -249,6 +254,20 @@ fn three_nodes_serve_as_one_fleet() {
             .map(|r| r.network_location.as_str())
             .collect();
         assert_eq!(racks.into_iter().collect::<Vec<_>>(), ["/dc/r1", "/dc/r2"]);
+
+        // Worker tags travel in the heartbeats: a tags expression naming
+        // node 3's tag gets node 3's worker alone.
+        let slots = request_slots(PbRequestSlots {
+            application_id: "fleet-tags".into(),
+            partition_id_list: vec![0, 1, 2],
+            tags_expr: "/dc/r2".into(),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(slots.status, 0);
+        let hosts: Vec<_> = slots.worker_resource.keys().collect();
+        assert_eq!(hosts.len(), 1, "{slots:?}");
+        assert!(hosts[0].starts_with("127.0.0.4:"), "{hosts:?}");
     });
 
     // Uniffle through node 2's coordinator, both transports.

@@ -72,7 +72,8 @@ pub struct ClusterOptions {
     pub coordinators: Vec<usize>,
     /// `cluster.warmup` of fleet coordinators.
     pub warmup: String,
-    /// `node.rack` of node i+1 (none past the end of the list).
+    /// `node.rack` of node i+1 (none past the end of the list), which is
+    /// also its one worker tag (`node.tags`).
     pub racks: Vec<String>,
     /// Coordinators (of `coordinators`) that are not workers.
     pub coordinator_only: Vec<usize>,
@@ -446,7 +447,7 @@ fn config_text(ip: Ipv4Addr, data: &Path, options: &ClusterOptions) -> String {
         );
     }
     let rack = match options.racks.get(index - 1) {
-        Some(r) => format!("rack = \"{r}\"\n"),
+        Some(r) => format!("rack = \"{r}\"\ntags = [\"{r}\"]\n"),
         None => String::new(),
     };
     format!(

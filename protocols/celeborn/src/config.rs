@@ -89,6 +89,49 @@ pub struct CelebornConfig {
     /// port stays plain. Default: off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<switchyard_frame::server::tls::TlsFiles>,
+    /// Worker tags (Celeborn 0.6's CIP-11): when true, a RequestSlots whose
+    /// `tagsExpr` (the client's `celeborn.tags.tagsExpr`, a comma-separated
+    /// list of tags that must all match) is not empty places partitions
+    /// only on workers carrying every tag, and answers `WORKER_EXCLUDED`
+    /// when none does, as upstream's master does. Default true, upstream's
+    /// `celeborn.tags.enabled`.
+    pub tags_enabled: bool,
+    /// This node's worker tags: the gateway's `node.tags` (not a key of its
+    /// own).
+    #[serde(skip)]
+    pub worker_tags: Vec<String>,
+    /// Congestion control (`[celeborn.congestion]`): pushes answered with
+    /// Celeborn's `PUSH_DATA_SUCCESS_PRIMARY_CONGESTED` while memory is
+    /// nearly full, which a `SLOWSTART` client slows down on.
+    pub congestion: CongestionConfig,
+}
+
+/// When the worker tells pushers it is congested. Upstream's worker does
+/// this from its disk buffer's pending bytes
+/// (`celeborn.worker.congestionControl.*`); here the same role falls to the
+/// store's memory budget, which is what a push waits on otherwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CongestionConfig {
+    /// Answer pushes `..._CONGESTED` at all. Default false, as upstream
+    /// (`celeborn.worker.congestionControl.enabled`).
+    pub enabled: bool,
+    /// Congested from this share of the memory budget in use (0-1).
+    /// Default 0.8.
+    pub high_watermark: f64,
+    /// ... until the share in use falls to this (0-1, at most
+    /// `high_watermark`). Default 0.6.
+    pub low_watermark: f64,
+}
+
+impl Default for CongestionConfig {
+    fn default() -> Self {
+        CongestionConfig {
+            enabled: false,
+            high_watermark: 0.8,
+            low_watermark: 0.6,
+        }
+    }
 }
 
 impl Default for CelebornConfig {
@@ -114,7 +157,24 @@ impl Default for CelebornConfig {
             connections: ConnectionLimits::default(),
             auth_enabled: false,
             tls: None,
+            tags_enabled: true,
+            worker_tags: Vec::new(),
+            congestion: CongestionConfig::default(),
         }
+    }
+}
+
+impl CongestionConfig {
+    /// Both watermarks are shares of the budget, low at most high.
+    pub fn validate(&self) -> Result<(), String> {
+        let share = |v: f64| (0.0..=1.0).contains(&v);
+        if !share(self.high_watermark) || !share(self.low_watermark) {
+            return Err("high_watermark and low_watermark must be between 0 and 1".into());
+        }
+        if self.low_watermark > self.high_watermark {
+            return Err("low_watermark must not exceed high_watermark".into());
+        }
+        Ok(())
     }
 }
 

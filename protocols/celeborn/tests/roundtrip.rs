@@ -176,22 +176,7 @@ impl Lm {
             assert_eq!(r.message_type, MessageType::OneWayMessageResponse as i32);
             assert!(r.payload.is_none());
         }
-        let r = master
-            .ask(
-                endpoint::MASTER,
-                TransportMessage::new(
-                    MessageType::HeartbeatFromApplication,
-                    &PbHeartbeatFromApplication {
-                        app_id: app.into(),
-                        should_response: true,
-                        ..Default::default()
-                    },
-                ),
-            )
-            .await
-            .unwrap();
-        let hb: PbHeartbeatFromApplicationResponse = decode(&r).unwrap();
-        assert_eq!(hb.status, 0);
+        assert_eq!(heartbeat(&master, app).await.status, 0);
         let r = master
             .ask(
                 endpoint::MASTER,
@@ -320,6 +305,25 @@ impl Lm {
             .unwrap();
         decode(&r).unwrap()
     }
+}
+
+/// A driver's heartbeat that asks for a reply.
+async fn heartbeat(master: &Connection, app: &str) -> PbHeartbeatFromApplicationResponse {
+    let r = master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::HeartbeatFromApplication,
+                &PbHeartbeatFromApplication {
+                    app_id: app.into(),
+                    should_response: true,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    decode(&r).unwrap()
 }
 
 /// Opens every file with one BATCH_OPEN_STREAM and reads all chunks.
@@ -1764,5 +1768,92 @@ async fn a_user_at_its_quota_gets_check_quota_false_and_no_slots() {
     assert!(!over.available);
     assert!(over.reason.contains("user t1.alice"), "{}", over.reason);
     assert_eq!(slots(1).await, StatusCode::SlotNotAvailable.as_i32());
+    // The driver's heartbeat says so too: a 0.6 driver with
+    // celeborn.quota.interruptShuffle.enabled cancels its running stages.
+    let quota = heartbeat(&master, "quota-app")
+        .await
+        .check_quota_response
+        .unwrap();
+    assert!(!quota.available);
+    assert!(quota.reason.contains("user t1.alice"), "{}", quota.reason);
     drop(lm);
+}
+
+/// RequestSlots with a tags expression: the status it gets from a master
+/// whose only worker carries `ssd` and `env=it`.
+async fn slots_for_tags(env: &Env, tags_expr: &str) -> i32 {
+    let master = Connection::connect(env.node.addrs.master.unwrap())
+        .await
+        .unwrap();
+    let r = master
+        .ask(
+            endpoint::MASTER,
+            TransportMessage::new(
+                MessageType::RequestSlots,
+                &PbRequestSlots {
+                    application_id: "tags-app".into(),
+                    shuffle_id: 0,
+                    partition_id_list: vec![0, 1],
+                    tags_expr: tags_expr.into(),
+                    ..Default::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    decode::<PbRequestSlotsResponse>(&r).unwrap().status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_expression_selects_workers_carrying_every_tag() {
+    let tagged = |enabled: bool| {
+        move |_: &mut StoreConfig, cc: &mut CelebornConfig| {
+            cc.worker_tags = vec!["ssd".into(), "env=it".into()];
+            cc.tags_enabled = enabled;
+        }
+    };
+    let env = start_tuned(64 << 20, 1 << 20, None, tagged(true)).await;
+    for matching in ["", "ssd", " env=it , ssd "] {
+        assert_eq!(slots_for_tags(&env, matching).await, 0, "{matching:?}");
+    }
+    for other in ["hdd", "ssd,hdd", "env=prod"] {
+        assert_eq!(
+            slots_for_tags(&env, other).await,
+            StatusCode::WorkerExcluded.as_i32(),
+            "{other:?}"
+        );
+    }
+    // With tags off the expression is ignored.
+    let env = start_tuned(64 << 20, 1 << 20, None, tagged(false)).await;
+    assert_eq!(slots_for_tags(&env, "hdd").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_congested_worker_answers_pushes_congested_and_keeps_them() {
+    let env = start_tuned(64 << 20, 1 << 20, None, |_, cc| {
+        cc.congestion.enabled = true;
+        cc.congestion.high_watermark = 0.0001;
+        cc.congestion.low_watermark = 0.0;
+    })
+    .await;
+    let _lm = Lm::start(&env, "busy-app", 0, 2, 1 << 30, 0).await;
+    let push = Connection::connect(addr(env.node.addrs.worker.as_ref().unwrap().push_port))
+        .await
+        .unwrap();
+    let congested = vec![StatusCode::PushDataSuccessPrimaryCongested.value()];
+    // The first push finds the budget empty; from then on it is past the
+    // high watermark (6.4 KiB of 64 MiB) and stays so.
+    let first = push
+        .push("busy-app-0", "0-0", batch(0, 0, 1, &data(0, 1, 5000)))
+        .await
+        .unwrap();
+    assert!(first.is_empty(), "{first:?}");
+    let second = push
+        .push("busy-app-0", "0-0", batch(0, 0, 2, &data(0, 2, 5000)))
+        .await
+        .unwrap();
+    assert_eq!(second.as_ref(), congested.as_slice());
+    let key = switchyard_storage::PartitionKey::new(stored_app("busy-app"), 0, 0);
+    let held = env.store.partition_stats(&key).unwrap().memory_bytes;
+    assert!(held >= 2 * 5000, "both pushes were kept: {held}");
 }

@@ -20,6 +20,9 @@ pub struct Candidate {
     pub partitions: u64,
     /// Its rack (Celeborn's network location), `/default-rack` unless set.
     pub rack: String,
+    /// Its worker tags (`node.tags`), which a client's tags expression
+    /// selects on.
+    pub tags: Vec<String>,
 }
 
 pub trait Fleet: Send + Sync + 'static {
@@ -109,6 +112,7 @@ impl Fleet for Alone {
             free_memory: b.capacity().saturating_sub(b.used()),
             partitions: 0,
             rack: DEFAULT_RACK.into(),
+            tags: w.config.worker_tags.clone(),
         }]
     }
 
@@ -215,6 +219,7 @@ mod tests {
             free_memory: free,
             partitions,
             rack: DEFAULT_RACK.into(),
+            tags: Vec::new(),
         }
     }
 

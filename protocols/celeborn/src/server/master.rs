@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use super::error::CelebornError;
-use super::fleet::{place, Fleet};
+use super::fleet::{place, Candidate, Fleet};
 use super::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
+use super::tags::TagsExpr;
 use super::worker::WorkerState;
 use crate::proto::*;
 use crate::rpc::endpoint;
@@ -157,10 +158,7 @@ impl MasterEndpoint {
                 // From every coordinator's book: a driver that moved here
                 // from another master finds its shuffles known.
                 registered_shuffles: self.fleet.registered_shuffles(&r.app_id),
-                check_quota_response: Some(PbCheckQuotaResponse {
-                    available: true,
-                    reason: String::new(),
-                }),
+                check_quota_response: Some(self.app_quota(&r.app_id)),
                 ..Default::default()
             },
         )
@@ -180,6 +178,32 @@ impl MasterEndpoint {
                 available: false,
                 reason: e.to_string(),
             },
+        }
+    }
+
+    /// Whether the application, and its user, are below their quotas: the
+    /// heartbeat reply's `checkQuotaResponse`. A 0.6+ driver with
+    /// `celeborn.quota.interruptShuffle.enabled` cancels its running stages
+    /// on `available: false` (older ones ignore the field), so a shuffle
+    /// that grows past `storage.apps.max_user_bytes`, which refuses no push,
+    /// is stopped within a heartbeat.
+    fn app_quota(&self, app: &str) -> PbCheckQuotaResponse {
+        match self
+            .worker
+            .store
+            .check_quota(&super::worker::stored_app(app))
+        {
+            Ok(()) => PbCheckQuotaResponse {
+                available: true,
+                reason: String::new(),
+            },
+            Err(e) => {
+                tracing::warn!(app, error = %e, "heartbeat: application over quota");
+                PbCheckQuotaResponse {
+                    available: false,
+                    reason: e.to_string(),
+                }
+            }
         }
     }
 
@@ -220,7 +244,12 @@ impl MasterEndpoint {
             };
         }
         self.fleet.app_seen(&r.application_id);
-        let candidates = self.fleet.workers();
+        let Some(candidates) = self.tagged_workers(&r) else {
+            return PbRequestSlotsResponse {
+                status: StatusCode::WorkerExcluded.as_i32(),
+                ..Default::default()
+            };
+        };
         if r.should_replicate && candidates.len() < 2 {
             tracing::warn!(app = %r.application_id, workers = candidates.len(), "replication asked, but fewer than two workers take partitions: primaries only");
         }
@@ -326,6 +355,28 @@ impl MasterEndpoint {
             worker_resource,
             packed_worker_resource: Default::default(),
         }
+    }
+}
+
+impl MasterEndpoint {
+    /// The workers a slot request may use: all of them, or with
+    /// `tags_enabled` and a tags expression, those carrying its tags; none
+    /// matching is `None` (upstream answers WORKER_EXCLUDED, and the client
+    /// fails the shuffle or falls back to Spark's own).
+    fn tagged_workers(&self, r: &PbRequestSlots) -> Option<Vec<Candidate>> {
+        let workers = self.fleet.workers();
+        let expr = TagsExpr::parse(&r.tags_expr);
+        if !self.worker.config.tags_enabled || expr.is_empty() {
+            return Some(workers);
+        }
+        let all = workers.len();
+        let tagged = expr.select(workers);
+        if tagged.is_empty() {
+            tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, tags = %r.tags_expr, workers = all, "no slots: no worker carries the tags");
+            metrics::counter!("switchyard_celeborn_tags_unmatched_total").increment(1);
+            return None;
+        }
+        Some(tagged)
     }
 }
 

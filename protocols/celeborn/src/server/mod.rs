@@ -4,6 +4,7 @@
 //! - `error`: [`CelebornError`], each failure with the status the client sees;
 //! - `rpc`: envelopes, the endpoint verifier, Java-serialized replies;
 //! - `master`: `MasterEndpoint` (applications, slots, quota, unregister);
+//! - `tags`: which workers a client's tags expression selects;
 //! - `worker`: `WorkerEndpoint` (reserve, commit, destroy) and the push and
 //!   fetch ports, all over the storage crate's block API.
 
@@ -13,6 +14,7 @@ pub mod fleet;
 pub mod master;
 pub mod node;
 pub mod rpc;
+pub mod tags;
 pub mod worker;
 
 pub use error::{CelebornError, MapStage};

@@ -3,6 +3,7 @@
 //! (chunk streams for Spark's reduce partitions, credit streams for Flink's
 //! map partitions).
 
+mod congestion;
 mod credit;
 mod fetch;
 mod gate;

@@ -379,6 +379,11 @@ impl PushPort {
         };
         match written {
             Ok(()) if soft => Ok(vec![StatusCode::SoftSplit.value()]),
+            // The primary answers for both copies (replicas' replies are
+            // read only for HARD_SPLIT).
+            Ok(()) if !replica && self.state.congested() => {
+                Ok(vec![StatusCode::PushDataSuccessPrimaryCongested.value()])
+            }
             Ok(()) => Ok(Vec::new()),
             Err(e) if e.is_split() => Ok(vec![StatusCode::HardSplit.value()]),
             Err(e) => Err(e),
@@ -514,7 +519,7 @@ impl PushPort {
                 }
             }
         }
-        Ok(vec![StatusCode::Success.value()])
+        Ok(vec![success_or_congested(&self.state)])
     }
 
     /// A map partition's control RPC (handshake, region start or finish).
@@ -561,7 +566,20 @@ impl PushPort {
                 Verdict::Fail(e) => return Err(e),
             }
         }
+        if statuses.is_empty() {
+            return Ok(vec![success_or_congested(&self.state)]);
+        }
         Ok(merged_split_reply(&statuses))
+    }
+}
+
+/// The one-byte reply of a merged push that wrote every batch: Celeborn's
+/// client reads `00` and the congested codes alike as written.
+fn success_or_congested(state: &WorkerState) -> u8 {
+    if state.congested() {
+        StatusCode::PushDataSuccessPrimaryCongested.value()
+    } else {
+        StatusCode::Success.value()
     }
 }
 

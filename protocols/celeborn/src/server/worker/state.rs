@@ -279,6 +279,8 @@ pub struct WorkerState {
     started: std::time::Instant,
     /// Connections to the workers that hold this worker's replicas.
     pub(crate) replicator: super::replicate::Replicator,
+    /// Whether pushes are answered congested (`[celeborn.congestion]`).
+    pub(crate) congestion: super::congestion::Congestion,
     /// Flink hybrid-shuffle bytes in memory (`hybrid_memory`).
     pub(crate) hybrid: Arc<HybridBudget>,
 }
@@ -288,6 +290,7 @@ impl WorkerState {
     /// (expired, lost or unregistered applications): see [`AppListener`].
     pub fn new(store: Arc<Store>, config: CelebornConfig, addr: WorkerAddr) -> Arc<Self> {
         let replicator = super::replicate::Replicator::new(config.source_address);
+        let congestion = super::congestion::Congestion::new(config.congestion.clone());
         // Inside the node's budget: never more than all of it.
         let hybrid =
             HybridBudget::new(config.hybrid_memory.as_u64().min(store.budget().capacity()));
@@ -305,12 +308,19 @@ impl WorkerState {
             last_push_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
             replicator,
+            congestion,
             hybrid,
         });
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
         state.recover();
         state
+    }
+
+    /// Whether a push just written is answered congested.
+    pub(crate) fn congested(&self) -> bool {
+        let b = self.store.budget();
+        self.congestion.check(b.used(), b.capacity())
     }
 
     /// Notes that a push arrived (drain waits for them to stop).
@@ -506,6 +516,12 @@ impl WorkerState {
     /// The address this worker is reached at, as the master hands it out.
     pub fn addr(&self) -> &WorkerAddr {
         &self.addr
+    }
+
+    /// This worker's tags (`node.tags`), which its heartbeat carries to
+    /// every coordinator.
+    pub fn tags(&self) -> &[String] {
+        &self.config.worker_tags
     }
 
     /// How many chunk streams (Spark readers) are open.
