@@ -734,11 +734,7 @@ pub const COORDINATOR: &[Rule] = &[
         "to take a node out of placement, decommission it (switchyard ctl decommission, \
          docs/cluster.md)",
     ),
-    ignore_prefix(
-        "rss.coordinator.assignment.",
-        ClientOrCluster,
-        SINGLE_NODE,
-    ),
+    ignore_prefix("rss.coordinator.assignment.", ClientOrCluster, SINGLE_NODE),
     ignore_prefix(
         "rss.coordinator.select.partition.",
         ClientOrCluster,
@@ -759,11 +755,7 @@ pub const COORDINATOR: &[Rule] = &[
         NoCounterpart,
         "admission checks (cluster load, quotas); Switchyard admits every application",
     ),
-    ignore_prefix(
-        "rss.coordinator.quota.",
-        Handled,
-        QUOTAS,
-    ),
+    ignore_prefix("rss.coordinator.quota.", Handled, QUOTAS),
     ignore_prefix(
         "rss.coordinator.nodes.",
         JvmTuning,
