@@ -23,6 +23,13 @@ final class LoopbackFleet implements AutoCloseable {
    * node's {@code [uniffle]}, then waits until node 1 lists all of them as active.
    */
   static LoopbackFleet start(String name, int n, String memory, String uniffleExtra) throws Exception {
+    return start(name, n, memory, uniffleExtra, i -> "");
+  }
+
+  /** As above, with {@code nodeToml.apply(i)}: whole TOML tables for node {@code i} only. */
+  static LoopbackFleet start(
+      String name, int n, String memory, String uniffleExtra, java.util.function.IntFunction<String> nodeToml)
+      throws Exception {
     int clusterPort = SwitchyardProcess.freeLoopbackPorts(1)[0];
     LoopbackFleet fleet = new LoopbackFleet();
     try {
@@ -37,7 +44,7 @@ final class LoopbackFleet implements AutoCloseable {
             + "warmup = \"1s\"\n"
             + "decommission_check_interval = \"1s\"\n";
         fleet.nodes.add(SwitchyardProcess.startWithSections(
-            name + "-" + i, memory, "token = \"" + TOKEN + "\"\n", uniffleExtra, cluster));
+            name + "-" + i, memory, "token = \"" + TOKEN + "\"\n", uniffleExtra, cluster + nodeToml.apply(i)));
       }
       fleet.waitForActive(n);
       return fleet;

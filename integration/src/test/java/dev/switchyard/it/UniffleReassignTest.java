@@ -13,7 +13,7 @@ import org.junit.jupiter.api.Timeout;
 /**
  * The 0.10 client's partition reassign ({@code spark.rss.client.reassign.enabled=true}, one
  * replica) against a fleet of three switchyard nodes on 127.0.0.1 ({@link LoopbackFleet}): a
- * server that refuses writes mid-job (decommissioning) makes the writers move its partitions to
+ * server that refuses writes mid-job (decommissioning, or full for the application) makes the writers move its partitions to
  * other servers through the coordinator, and a huge partition past the servers' split limit is
  * spread over other servers ({@code LOAD_BALANCE}). Each job must equal Spark's own shuffle.
  *
@@ -123,6 +123,54 @@ class UniffleReassignTest {
       }
       if (at[1][0] + at[1][1] <= at[2][0] + at[2][1]) {
         throw new AssertionError("nodes 1 and 2 took nothing after the decommission: the refused writes went nowhere");
+      }
+    }
+  }
+
+  /**
+   * Node 3 is full for the job: its byte quota for one application ({@code
+   * storage.apps.max_app_bytes}, 16 MiB, on node 3 only) is reached early in the map stage, and
+   * from then on it refuses the application's requireBuffer ({@code ACCESS_DENIED}). The writers
+   * move its partitions to the other nodes through the coordinator and resend the refused blocks
+   * there. No task fails, the result equals vanilla, node 3 refused writes and holds little more
+   * than its quota, and nodes 1 and 2 hold the rest.
+   */
+  @Test
+  void aFullServerMakesTheWritersReassignItsPartitions() throws Exception {
+    long records = records();
+    List<Jobs.PartitionDigest> vanilla =
+        SparkHarness.runApp(SparkHarness.baseConf("vanilla-full"), spark -> Jobs.largeShuffle(spark, records)).value();
+    long quota = 16L << 20;
+    try (LoopbackFleet fleet = LoopbackFleet.start("full", 3, "256MiB", "",
+        i -> i == 3 ? "[storage.apps]\nmax_app_bytes = \"16MiB\"\n" : "")) {
+      long[] before = fleet.appended();
+      FleetJobsTest.MapStageTrigger tasks = new FleetJobsTest.MapStageTrigger(Integer.MAX_VALUE, () -> {});
+      SparkHarness.Timed<List<Jobs.PartitionDigest>> run = SparkHarness.runApp(reassigning("reassign-full", fleet), spark -> {
+        spark.sparkContext().addSparkListener(tasks);
+        return Jobs.largeShuffle(spark, records);
+      });
+      Compare.sameList("reassign: job with node 3 full", vanilla, run.value());
+      long[] after = fleet.appended();
+      double refused = fleet.metric(3, "switchyard_uniffle_errors_total", "status=\"ACCESS_DENIED\"");
+      String line = String.format(
+          "reassign-full %6d ms, stored per node %s, node 3 refused %.0f requireBuffer",
+          run.jobMillis(), Arrays.toString(new long[] {after[0] - before[0], after[1] - before[1], after[2] - before[2]}), refused);
+      System.out.println("[timing] " + line);
+      SparkHarness.appendTiming(line);
+      if (tasks.failedTasks.get() != 0) {
+        throw new AssertionError(tasks.failedTasks.get() + " tasks failed: the writers should have reassigned");
+      }
+      if (refused <= 0) {
+        throw new AssertionError("node 3 refused no requireBuffer: it never filled up, the test proves nothing");
+      }
+      long node3 = after[2] - before[2];
+      // Tickets granted just before the quota was reached may still land: allow a few buffers more.
+      if (node3 > quota + (32L << 20)) {
+        throw new AssertionError("node 3 stored " + node3 + " bytes past its " + quota + "-byte quota");
+      }
+      long total = (after[0] - before[0]) + (after[1] - before[1]) + node3;
+      if (total < run.shuffleBytesWritten()) {
+        throw new AssertionError("the nodes stored " + total + " bytes, Spark wrote " + run.shuffleBytesWritten());
       }
     }
   }
