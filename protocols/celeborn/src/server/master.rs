@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::error::CelebornError;
-use super::fleet::{place, Candidate, Fleet};
+use super::fleet::{place, Candidate, Fleet, Slots};
 use super::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use super::tags::TagsExpr;
 use super::worker::WorkerState;
@@ -266,86 +266,12 @@ impl MasterEndpoint {
                 ..Default::default()
             };
         }
-        let storage = |types: i32| PbStorageInfo {
-            r#type: STORAGE_TYPE_HDD,
-            mount_point: String::new(),
-            final_result: false,
-            file_path: String::new(),
-            available_storage_types: types,
-            file_size: 0,
-            chunk_offsets: Vec::new(),
-        };
-        let location =
-            |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
-                PbPartitionLocation {
-                    mode: mode as i32,
-                    id,
-                    epoch: 0,
-                    host: a.host.clone(),
-                    rpc_port: a.rpc_port,
-                    push_port: a.push_port,
-                    fetch_port: a.fetch_port,
-                    replicate_port: a.replicate_port,
-                    peer: None,
-                    storage_info: Some(storage(r.available_storage_types)),
-                    map_id_bitmap: Default::default(),
-                }
-            };
-        // Each primary's peer is its replica and each replica's its primary.
-        let mut primary_at = std::collections::HashMap::new();
-        let mut replica_at = std::collections::HashMap::new();
-        for (w, slots) in &placed {
-            for &id in &slots.primaries {
-                primary_at.insert(id, w.addr.clone());
-            }
-            for &id in &slots.replicas {
-                replica_at.insert(id, w.addr.clone());
-            }
-        }
-        let linked = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
-            let mut loc = location(a, id, mode);
-            let (other, other_mode) = match mode {
-                pb_partition_location::Mode::Primary => {
-                    (replica_at.get(&id), pb_partition_location::Mode::Replica)
-                }
-                pb_partition_location::Mode::Replica => {
-                    (primary_at.get(&id), pb_partition_location::Mode::Primary)
-                }
-            };
-            loc.peer = other.map(|o| Box::new(location(o, id, other_mode)));
-            loc
-        };
-        let location = linked;
         let workers = placed
             .iter()
             .filter(|(_, s)| !s.primaries.is_empty() || !s.replicas.is_empty())
             .count();
         let spares = placed.len() - workers;
-        let worker_resource = placed
-            .into_iter()
-            .map(|(w, slots)| {
-                let a = &w.addr;
-                let primary_partitions = slots
-                    .primaries
-                    .iter()
-                    .map(|&id| location(a, id, pb_partition_location::Mode::Primary))
-                    .collect();
-                let replica_partitions = slots
-                    .replicas
-                    .iter()
-                    .map(|&id| location(a, id, pb_partition_location::Mode::Replica))
-                    .collect();
-                (
-                    a.unique_id(),
-                    PbWorkerResource {
-                        primary_partitions,
-                        replica_partitions,
-                        // A driver's revive keeps replicas rack-aware with it.
-                        network_location: w.rack,
-                    },
-                )
-            })
-            .collect();
+        let worker_resource = worker_resources(placed, r.available_storage_types);
         self.fleet
             .shuffle_registered(&r.application_id, r.shuffle_id);
         tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, spares, "slots assigned");
@@ -356,6 +282,90 @@ impl MasterEndpoint {
             packed_worker_resource: Default::default(),
         }
     }
+}
+
+/// A slot reply's workers: each placed worker (and spare) by unique id, with
+/// its primary and replica locations, every location linked to its peer (a
+/// primary's replica, a replica's primary). Every location is offered as HDD
+/// storage with the types the client asked for.
+fn worker_resources(
+    placed: Vec<(Candidate, Slots)>,
+    available_storage_types: i32,
+) -> std::collections::HashMap<String, PbWorkerResource> {
+    let storage = |types: i32| PbStorageInfo {
+        r#type: STORAGE_TYPE_HDD,
+        mount_point: String::new(),
+        final_result: false,
+        file_path: String::new(),
+        available_storage_types: types,
+        file_size: 0,
+        chunk_offsets: Vec::new(),
+    };
+    let location = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
+        PbPartitionLocation {
+            mode: mode as i32,
+            id,
+            epoch: 0,
+            host: a.host.clone(),
+            rpc_port: a.rpc_port,
+            push_port: a.push_port,
+            fetch_port: a.fetch_port,
+            replicate_port: a.replicate_port,
+            peer: None,
+            storage_info: Some(storage(available_storage_types)),
+            map_id_bitmap: Default::default(),
+        }
+    };
+    // Each primary's peer is its replica and each replica's its primary.
+    let mut primary_at = std::collections::HashMap::new();
+    let mut replica_at = std::collections::HashMap::new();
+    for (w, slots) in &placed {
+        for &id in &slots.primaries {
+            primary_at.insert(id, w.addr.clone());
+        }
+        for &id in &slots.replicas {
+            replica_at.insert(id, w.addr.clone());
+        }
+    }
+    let linked = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
+        let mut loc = location(a, id, mode);
+        let (other, other_mode) = match mode {
+            pb_partition_location::Mode::Primary => {
+                (replica_at.get(&id), pb_partition_location::Mode::Replica)
+            }
+            pb_partition_location::Mode::Replica => {
+                (primary_at.get(&id), pb_partition_location::Mode::Primary)
+            }
+        };
+        loc.peer = other.map(|o| Box::new(location(o, id, other_mode)));
+        loc
+    };
+    let location = linked;
+    placed
+        .into_iter()
+        .map(|(w, slots)| {
+            let a = &w.addr;
+            let primary_partitions = slots
+                .primaries
+                .iter()
+                .map(|&id| location(a, id, pb_partition_location::Mode::Primary))
+                .collect();
+            let replica_partitions = slots
+                .replicas
+                .iter()
+                .map(|&id| location(a, id, pb_partition_location::Mode::Replica))
+                .collect();
+            (
+                a.unique_id(),
+                PbWorkerResource {
+                    primary_partitions,
+                    replica_partitions,
+                    // A driver's revive keeps replicas rack-aware with it.
+                    network_location: w.rack,
+                },
+            )
+        })
+        .collect()
 }
 
 impl MasterEndpoint {
