@@ -1561,27 +1561,7 @@ async fn an_expired_app_gets_errors_never_a_short_read() {
     assert_eq!(env.store.status().tiers.memory, 0);
 
     // One heartbeat registers the application again...
-    let r = lm
-        .master
-        .ask(
-            endpoint::MASTER,
-            TransportMessage::new(
-                MessageType::HeartbeatFromApplication,
-                &PbHeartbeatFromApplication {
-                    app_id: app.into(),
-                    should_response: true,
-                    ..Default::default()
-                },
-            ),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        decode::<PbHeartbeatFromApplicationResponse>(&r)
-            .unwrap()
-            .status,
-        0
-    );
+    assert_eq!(heartbeat(&lm.master, app).await.status, 0);
     assert!(env.store.has_app(&stored_app(app)));
 
     // ...but batch B is refused with the status the client revives on,
