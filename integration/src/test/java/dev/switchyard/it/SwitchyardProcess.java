@@ -127,13 +127,7 @@ public final class SwitchyardProcess implements AutoCloseable {
       String name, String memoryCapacity, boolean celeborn, String memoryExtra, String extraToml)
       throws IOException {
     SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, celeborn, memoryExtra, extraToml);
-    try {
-      p.launch();
-      return p;
-    } catch (RuntimeException | IOException e) {
-      p.close();
-      throw e;
-    }
+    return p.launched();
   }
 
   /**
@@ -146,13 +140,7 @@ public final class SwitchyardProcess implements AutoCloseable {
     SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, false, "", "");
     p.firstDirs = List.copyOf(firstDirs);
     p.disksExtra = disksExtra;
-    try {
-      p.launch();
-      return p;
-    } catch (RuntimeException | IOException e) {
-      p.close();
-      throw e;
-    }
+    return p.launched();
   }
 
   /**
@@ -167,13 +155,7 @@ public final class SwitchyardProcess implements AutoCloseable {
     SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, false, "", extraToml);
     p.adminExtra = adminExtra;
     p.uniffleExtra = uniffleExtra;
-    try {
-      p.launch();
-      return p;
-    } catch (RuntimeException | IOException e) {
-      p.close();
-      throw e;
-    }
+    return p.launched();
   }
 
   /**
@@ -190,11 +172,16 @@ public final class SwitchyardProcess implements AutoCloseable {
       String name, String memoryCapacity, String extraToml) throws IOException {
     SwitchyardProcess p = new SwitchyardProcess(name, memoryCapacity, true, "", extraToml);
     p.celebornAuth = true;
+    return p.launched();
+  }
+
+  /** Launches this process; a failed launch closes it (its child and temp dir) before throwing. */
+  private SwitchyardProcess launched() throws IOException {
     try {
-      p.launch();
-      return p;
+      launch();
+      return this;
     } catch (RuntimeException | IOException e) {
-      p.close();
+      close();
       throw e;
     }
   }
