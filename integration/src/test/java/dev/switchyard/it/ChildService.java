@@ -8,6 +8,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
 
 /**
  * A helper server in a child process (the S3 server, MiniDFS) for the cold-tier tests: started
@@ -33,6 +34,15 @@ abstract class ChildService implements AutoCloseable {
    * (with the log tail) if the process exits first or the file does not appear in time.
    */
   protected void launch(List<String> command, Path workDir, Path readyFile, Duration timeout) throws IOException {
+    launch(command, workDir, () -> Files.exists(readyFile), "no " + readyFile, timeout);
+  }
+
+  /**
+   * Starts {@code command} and waits up to {@code timeout} until {@code ready} holds; {@code
+   * notReady} says what was missing when it never did.
+   */
+  protected void launch(List<String> command, Path workDir, BooleanSupplier ready, String notReady, Duration timeout)
+      throws IOException {
     Files.createDirectories(log.getParent());
     Files.writeString(log, "# " + String.join(" ", command) + "\n", StandardCharsets.UTF_8);
     ProcessBuilder pb =
@@ -47,7 +57,7 @@ abstract class ChildService implements AutoCloseable {
     reaper = new Thread(started::destroyForcibly, name + "-reaper");
     Runtime.getRuntime().addShutdownHook(reaper);
     long deadline = start + timeout.toNanos();
-    while (!Files.exists(readyFile)) {
+    while (!ready.getAsBoolean()) {
       if (!process.isAlive()) {
         throw new IllegalStateException(
             name + " exited with status " + process.exitValue() + " before it was ready\n" + logTail(60));
@@ -56,7 +66,7 @@ abstract class ChildService implements AutoCloseable {
         String tail = logTail(60);
         close();
         throw new IllegalStateException(
-            name + " not ready within " + timeout.toSeconds() + " s (no " + readyFile + ")\n" + tail);
+            name + " not ready within " + timeout.toSeconds() + " s (" + notReady + ")\n" + tail);
       }
       sleep(100);
     }

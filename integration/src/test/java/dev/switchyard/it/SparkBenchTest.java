@@ -35,7 +35,9 @@ import org.junit.jupiter.api.Timeout;
  * <p>Properties: {@code switchyard.bench.rounds} (3), {@code switchyard.bench.workloads}
  * ({@code groupby,sql}), {@code switchyard.bench.clients} ({@code
  * vanilla,uniffle-GRPC,celeborn-HASH}), {@code switchyard.bench.gib} (1), {@code
- * switchyard.bench.sqlRows} (1.5M), {@code switchyard.bench.memory} ({@code 1GiB}).
+ * switchyard.bench.sqlRows} (1.5M), {@code switchyard.bench.memory} ({@code 1GiB}). The clients {@code
+ * jvm-uniffle-GRPC}, {@code jvm-uniffle-GRPC_NETTY} and {@code jvm-celeborn-HASH} run the same job
+ * against the upstream JVM servers ({@link JvmServers}), given the same memory.
  */
 @Tag("bench")
 @Timeout(value = 180, unit = TimeUnit.MINUTES)
@@ -165,6 +167,9 @@ class SparkBenchTest {
     if (client.equals("vanilla")) {
       return new Run(client, child(client, "-", workload, dir, name), 0, 0, Map.of());
     }
+    if (client.startsWith("jvm-")) {
+      return runJvm(client, workload, memory, dir, name);
+    }
     try (SwitchyardProcess server = SwitchyardProcess.startWithCeleborn("bench-" + name, memory)) {
       String endpoint = client.startsWith("uniffle-") ? server.coordinatorQuorum() : server.celebornMasterEndpoint();
       double cpu0 = cpuSeconds(server.pid());
@@ -183,6 +188,32 @@ class SparkBenchTest {
       after.values().removeIf(v -> v[0] <= 0);
       server.assertAlive();
       return new Run(client, values, cpu, rss, after);
+    }
+  }
+
+  /**
+   * A run against the JVM anchors ({@link JvmServers}): {@code jvm-uniffle-GRPC}, {@code
+   * jvm-uniffle-GRPC_NETTY} or {@code jvm-celeborn-HASH}; the job is the stock client's run of
+   * the same name without the prefix, and CPU and peak RSS are both server processes' sums.
+   */
+  static Run runJvm(String client, String workload, String memory, Path dir, String name) throws Exception {
+    String stock = client.substring("jvm-".length());
+    String kind = stock.substring(0, stock.indexOf('-'));
+    String transport = stock.substring(stock.indexOf('-') + 1);
+    try (JvmServers servers = JvmServers.start(kind, transport, dir.resolve(name + "-servers"), memory)) {
+      double cpu0 = 0;
+      for (long pid : servers.pids()) {
+        cpu0 += cpuSeconds(pid);
+      }
+      Map<String, String> values = child(stock, servers.endpoint(), workload, dir, name);
+      double cpu = -cpu0;
+      long rss = 0;
+      for (long pid : servers.pids()) {
+        cpu += cpuSeconds(pid);
+        rss += peakRss(pid);
+      }
+      servers.assertAlive();
+      return new Run(client, values, cpu, rss, Map.of());
     }
   }
 
