@@ -76,7 +76,7 @@ class SparkBenchTest {
           Run r = run(client, workload, memory, dir, round);
           runs.computeIfAbsent(client, c -> new ArrayList<>()).add(r);
           System.out.printf("[bench] %s %s round %d: %d ms%s%n", workload, client, round, r.wall(),
-              r.gatewayPeakRss > 0 ? String.format(", gateway %.2f CPU-s, peak RSS %s", r.gatewayCpuSeconds,
+              r.gatewayPeakRss > 0 ? String.format(", server %.2f CPU-s, peak RSS %s", r.gatewayCpuSeconds,
                   SparkHarness.mb(r.gatewayPeakRss)) : "");
         }
       }
@@ -111,7 +111,7 @@ class SparkBenchTest {
     t.append(String.format("%n=== %s (%d rounds; %.2f GiB shuffle written per run by Spark's own shuffle)%n",
         workload, first.size(), gib));
     t.append("| path | best wall | median wall | vs " + baseline + " | map stage | reduce stage"
-        + " | gateway CPU-s per GiB | gateway peak RSS |\n|---|---|---|---|---|---|---|---|\n");
+        + " | server CPU-s per GiB | server peak RSS |\n|---|---|---|---|---|---|---|---|\n");
     for (Map.Entry<String, List<Run>> e : runs.entrySet()) {
       List<Run> rs = new ArrayList<>(e.getValue());
       rs.sort((a, b) -> Long.compare(a.wall(), b.wall()));
