@@ -66,7 +66,7 @@ check_chart() {
     group=$(sed -n 's/^ *runAsGroup: *//p' <<<"$chart" | sort -u)
     [ "$(podman image inspect --format '{{.Config.User}}' "$IMAGE")" = "$user:$group" ] \
         || fail "chart: runAsUser/runAsGroup $user/$group, image USER $(podman image inspect --format '{{.Config.User}}' "$IMAGE")"
-    [ "$(podman run --rm --entrypoint /bin/sh "$IMAGE" -c 'id -u; id -g; command -v switchyard' | tr '\n' ' ')" \
+    [ "$(podman run --rm --no-healthcheck --entrypoint /bin/sh "$IMAGE" -c 'id -u; id -g; command -v switchyard' | tr '\n' ' ')" \
         = "$user $group /usr/local/bin/switchyard " ] || fail "chart: the image's user or PATH differ"
     ports=$(grep -o 'containerPort: [0-9]*' <<<"$chart" | awk '{print $2}' | sort -u | tr '\n' ' ')
     exposed=$(podman image inspect --format '{{range $p, $_ := .Config.ExposedPorts}}{{$p}} {{end}}' "$IMAGE" \
@@ -90,8 +90,8 @@ run_container() {
     podman rm -f "$NAME" >/dev/null 2>&1 || true
     # The Helm chart's securityContext: read-only root, no capabilities, no
     # privilege escalation; /tmp writable. No HEALTHCHECK timer (podman runs
-    # it through systemd, which CI's machine lacks): step 3 runs it once.
-    podman run -d --name "$NAME" --init --network host --health-interval disable \
+    # it through systemd, which CI's machine lacks): step 3 runs its command.
+    podman run -d --name "$NAME" --init --network host --no-healthcheck \
         --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges \
         -v "$VOLUME:/var/lib/switchyard/data" \
         -e SWITCHYARD_HOST=127.0.0.1 -e SWITCHYARD_MEMORY_CAPACITY=512MiB -e SWITCHYARD_DISK_MIN_FREE=256MiB \
@@ -111,7 +111,8 @@ podman volume rm -f "$VOLUME" >/dev/null 2>&1 || true
 podman volume create "$VOLUME" >/dev/null
 run_container
 [ "$(curl -fsS "$ADMIN/healthz")" = ok ] || fail "/healthz"
-podman healthcheck run "$NAME" >/dev/null || fail "the image's HEALTHCHECK (curl /readyz) says unhealthy"
+health=$(podman image inspect --format '{{index .Config.Healthcheck.Test 1}}' "$IMAGE")
+podman exec "$NAME" /bin/sh -c "$health" >/dev/null || fail "the image's HEALTHCHECK ($health) says unhealthy"
 grep -q '^switchyard_' <<<"$(curl -fsS "$ADMIN/metrics")" || fail "/metrics has no switchyard_ series"
 [ "$(podman top "$NAME" huser | sed -n 2p)" = 10001 ] || fail "the server does not run as uid 10001: $(podman top "$NAME" huser user args)"
 first_id=$(node_id)
@@ -133,7 +134,7 @@ status=$(podman inspect --format '{{.State.ExitCode}}' "$NAME")
 log=$(podman logs "$NAME" 2>&1)
 grep -q 'switchyard stopped' <<<"$(tail -12 <<<"$log")" || fail "no 'switchyard stopped' at the end of the log"
 grep 'partitions recorded for the restart' <<<"$log" | tail -1
-podman run --rm -v "$VOLUME:/d" --entrypoint /bin/sh "$IMAGE" -c 'test -s /d/node-id && test -s /d/.switchyard/manifest.redb' \
+podman run --rm --no-healthcheck -v "$VOLUME:/d" --entrypoint /bin/sh "$IMAGE" -c 'test -s /d/node-id && test -s /d/.switchyard/manifest.redb' \
     || fail "the volume lacks node-id or .switchyard/manifest.redb"
 pass "podman stop: exit 0 in $(( $(date +%s) - t0 ))s, shutdown logged, node-id and manifest on the volume"
 podman logs "$NAME" >"$logs/$NAME-first.log" 2>&1

@@ -167,6 +167,10 @@ class ContainerJobsTest {
         name, (stopped - started) / 1_000_000, recorded.trim(), (System.nanoTime() - stopped) / 1_000_000, recovered);
     System.out.println("[container] " + line);
     SparkHarness.appendTiming(line);
+    // The Uniffle client's gRPC channels saw the node go away and reconnect with a backoff (1 s,
+    // then 1.6 s, ...), failing calls at once meanwhile (no wait-for-ready): a node back within
+    // 2 s, as here, can be called too early. Let them reconnect, as a slower restart would.
+    Thread.sleep(5000);
   }
 
   static void awaitReady() throws Exception {
