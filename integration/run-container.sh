@@ -108,6 +108,8 @@ node_id() { curl -fsS "$ADMIN/api/v1/status" | sed -n 's/.*"node":{"id":"\([^"]*
 
 podman rm -f "$NAME" >/dev/null 2>&1 || true
 podman volume rm -f "$VOLUME" >/dev/null 2>&1 || true
+# Another server on the default ports would answer for the container.
+! curl -s -m 2 -o /dev/null "$ADMIN/healthz" || fail "something already answers at $ADMIN: stop it first"
 podman volume create "$VOLUME" >/dev/null
 run_container
 [ "$(curl -fsS "$ADMIN/healthz")" = ok ] || fail "/healthz"
