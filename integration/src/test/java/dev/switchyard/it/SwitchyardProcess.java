@@ -65,6 +65,8 @@ public final class SwitchyardProcess implements AutoCloseable {
   private final int celebornReplicatePort;
   private Process process;
   private Thread shutdownHook;
+  /** A server this JVM did not start ({@link #external}): no process, no temp dir. */
+  private final boolean external;
 
   private SwitchyardProcess(
       String name, String memoryCapacity, boolean celeborn, String memoryExtra, String extraToml)
@@ -91,6 +93,39 @@ public final class SwitchyardProcess implements AutoCloseable {
     Files.createDirectories(logDir);
     String stamp = LocalDateTime.now().format(DateTimeFormatter.ofPattern("yyyyMMdd-HHmmss-SSS"));
     this.logFile = logDir.resolve(name + "-" + stamp + ".log").toAbsolutePath();
+    this.external = false;
+  }
+
+  /** A server already running on 127.0.0.1 at the built-in default ports, both protocols on. */
+  private SwitchyardProcess(String name, Path logFile) {
+    this.name = name;
+    this.memoryCapacity = "(external)";
+    this.celeborn = true;
+    this.memoryExtra = "";
+    this.extraToml = "";
+    this.binary = null;
+    this.workDir = null;
+    this.configFile = null;
+    this.logFile = logFile;
+    this.adminPort = 19990;
+    this.coordinatorPort = 19999;
+    this.grpcPort = 19997;
+    this.nettyPort = 19996;
+    this.celebornMasterPort = 9097;
+    this.celebornRpcPort = 9100;
+    this.celebornPushPort = 9101;
+    this.celebornFetchPort = 9102;
+    this.celebornReplicatePort = 9103;
+    this.external = true;
+  }
+
+  /**
+   * A server started outside this JVM (the container of integration/run-container.sh) that
+   * listens on 127.0.0.1 at the default ports with Uniffle and Celeborn on; {@code logFile} is
+   * where its log is copied, for failure messages. {@link #close} leaves it running.
+   */
+  public static SwitchyardProcess external(String name, Path logFile) {
+    return new SwitchyardProcess(name, logFile);
   }
 
   /**
@@ -333,6 +368,9 @@ public final class SwitchyardProcess implements AutoCloseable {
 
   /** Throws, with the log tail, if the server died. Call after a job to blame the right side. */
   public void assertAlive() {
+    if (external && !isAlive()) {
+      throw new IllegalStateException("switchyard at " + adminUrl() + " does not answer /healthz\n" + logTail(80));
+    }
     if (process != null && !process.isAlive()) {
       throw new IllegalStateException(
           "switchyard died (exit status " + process.exitValue() + ")\n" + logTail(80));
@@ -345,6 +383,15 @@ public final class SwitchyardProcess implements AutoCloseable {
   }
 
   public boolean isAlive() {
+    if (external) {
+      try {
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
+        return http.send(HttpRequest.newBuilder(URI.create(adminUrl() + "/healthz")).timeout(Duration.ofSeconds(5)).build(),
+                HttpResponse.BodyHandlers.discarding()).statusCode() == 200;
+      } catch (IOException | InterruptedException e) {
+        return false;
+      }
+    }
     return process != null && process.isAlive();
   }
 
