@@ -79,7 +79,10 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, Strin
     }
 }
 
-/// Binds and serves every listener `config` turns on, until `stop`.
+/// Binds and serves every listener `config` turns on, until `stop`. A
+/// port that is taken is logged and left out, not fatal: during a
+/// migration the old Celeborn or Uniffle process may still hold it on the
+/// same host, and the shuffle service matters more than its admin API.
 pub async fn spawn(
     listeners: Vec<(&'static str, SocketAddr)>,
     state: VendorState,
@@ -87,10 +90,15 @@ pub async fn spawn(
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut tasks = Vec::new();
     for (key, addr) in listeners {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {key} {addr}"))?;
-        let bound = listener.local_addr()?;
+        let listener = match TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(key, %addr, error = %e, "vendor admin API not served: cannot listen (set another address, or \"\" to turn it off)");
+                metrics::counter!("switchyard_vendor_api_unbound_total").increment(1);
+                continue;
+            }
+        };
+        let bound = listener.local_addr().context("vendor admin API address")?;
         let state = VendorState {
             port: bound.port(),
             ..state.clone()
