@@ -284,6 +284,16 @@ fn celeborn_master_and_worker_apis_answer_in_the_v0_6_3_schemas() {
     decommission_over_celeborn(node, &m, &w, one);
 }
 
+/// POSTs a worker event with the token; it must succeed.
+fn sent(master: SocketAddr, event: &str) {
+    let (code, answer) = post(master, "/api/v1/workers/events", event, Some(BEARER));
+    assert_eq!(
+        (code, &answer["success"]),
+        (200, &Value::Bool(true)),
+        "{answer}"
+    );
+}
+
 /// DECOMMISSION and RECOMMISSION through the master's worker events, and
 /// the worker's own exit call, need the admin token and change this node's
 /// decommission state.
@@ -311,17 +321,7 @@ fn decommission_over_celeborn(node: &Node, m: &Value, w: &Value, worker_data: &V
     assert_eq!(code, 401);
     assert_eq!(node.status()["decommission"]["state"], "active");
 
-    let (code, answer) = post(
-        master,
-        "/api/v1/workers/events",
-        &event("DECOMMISSION"),
-        Some(BEARER),
-    );
-    assert_eq!(
-        (code, &answer["success"]),
-        (200, &Value::Bool(true)),
-        "{answer}"
-    );
+    sent(master, &event("DECOMMISSION"));
     assert_eq!(node.status()["decommission"]["state"], "decommissioning");
     let workers = get_checked(master, "/api/v1/workers", m, "WorkersResponse");
     assert_eq!(
@@ -331,17 +331,7 @@ fn decommission_over_celeborn(node: &Node, m: &Value, w: &Value, worker_data: &V
     let me = get_checked(worker, "/api/v1/workers", w, "WorkerInfoResponse");
     assert_eq!(me["isDecommissioning"], true);
 
-    let (code, answer) = post(
-        master,
-        "/api/v1/workers/events",
-        &event("RECOMMISSION"),
-        Some(BEARER),
-    );
-    assert_eq!(
-        (code, &answer["success"]),
-        (200, &Value::Bool(true)),
-        "{answer}"
-    );
+    sent(master, &event("RECOMMISSION"));
     assert_eq!(node.status()["decommission"]["state"], "active");
     let (_, answer) = post(
         master,
@@ -370,12 +360,7 @@ fn decommission_over_celeborn(node: &Node, m: &Value, w: &Value, worker_data: &V
         "{answer}"
     );
     assert_eq!(node.status()["decommission"]["state"], "decommissioning");
-    post(
-        master,
-        "/api/v1/workers/events",
-        &event("RECOMMISSION"),
-        Some(BEARER),
-    );
+    sent(master, &event("RECOMMISSION"));
     assert_eq!(node.status()["decommission"]["state"], "active");
 }
 
