@@ -478,3 +478,44 @@ fn uniffle_coordinator_api_answers_in_the_v0_10_0_shapes() {
     );
     assert_eq!(answer["code"], -1, "{answer}");
 }
+
+/// In a fleet the coordinator's APIs list every worker from its directory,
+/// and a decommission of another node goes to that node's admin port.
+#[test]
+fn a_fleet_coordinator_lists_every_worker_and_forwards_decommissions() {
+    let cluster = Cluster::start_with(
+        2,
+        ClusterOptions {
+            extra_toml: format!("[admin]\ntoken = \"{TOKEN}\"\n"),
+            coordinators: vec![1],
+            ..Default::default()
+        },
+    );
+    let (one, two) = (cluster.node(1), cluster.node(2));
+    let (master, uniffle) = (one.addr(9098), one.addr(19998));
+    let m = schemas("celeborn-v0.6.3.json", "master");
+    common::wait_for("both workers in the master's list", || {
+        let (_, body) = common::http_get(master, "/api/v1/workers").unwrap();
+        serde_json::from_str::<Value>(&body).unwrap()["workers"]
+            .as_array()
+            .is_some_and(|w| w.len() == 2)
+    });
+    let workers = get_checked(master, "/api/v1/workers", &m, "WorkersResponse");
+    let ip2 = two.ip().to_string();
+    let w2 = find(&workers["workers"], "host", &ip2).unwrap_or_else(|| panic!("{workers}"));
+    let u = schemas("uniffle-v0.10.0.json", "coordinator");
+    let nodes = get_checked(uniffle, "/api/server/nodes", &u, "NodesResponse");
+    assert_eq!(nodes["data"].as_array().unwrap().len(), 2, "{nodes}");
+
+    let id = serde_json::json!({
+        "host": w2["host"], "rpcPort": w2["rpcPort"], "pushPort": w2["pushPort"],
+        "fetchPort": w2["fetchPort"], "replicatePort": w2["replicatePort"],
+    });
+    let event = |kind: &str| serde_json::json!({"eventType": kind, "workers": [id]}).to_string();
+    sent(master, &event("DECOMMISSION"));
+    assert_eq!(one.status()["decommission"]["state"], "active");
+    // Node 2 holds no data: decommissioned, it exits at once, and cleanly.
+    let mut cluster = cluster;
+    let exit = cluster.wait_exit(2, common::PATIENCE);
+    assert!(exit.is_some_and(|e| e.success()), "node 2: {exit:?}");
+}
