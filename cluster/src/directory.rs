@@ -92,6 +92,21 @@ impl Directory {
             .collect()
     }
 
+    /// Every worker remembered, by node id, with the time since its last
+    /// heartbeat and whether that makes it lost.
+    pub fn entries(&self) -> Vec<(WorkerHeartbeat, Duration, bool)> {
+        let mut out: Vec<_> = self
+            .workers
+            .iter()
+            .map(|e| {
+                let age = e.last_seen.elapsed();
+                (e.heartbeat.clone(), age, age >= self.timeout)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.node_id.cmp(&b.0.node_id));
+        out
+    }
+
     /// Every worker remembered, the lost ones too.
     pub fn views(&self) -> Vec<WorkerView> {
         let mut out: Vec<_> = self

@@ -160,6 +160,8 @@ pub struct AdminConfig {
     /// /api/v1/decommission`) require (`Authorization: Bearer <token>`).
     /// None (default): those endpoints answer 403.
     pub token: Option<Secret>,
+    /// The Celeborn and Uniffle admin APIs, on their own ports.
+    pub vendor: crate::admin::vendor::VendorApiConfig,
 }
 
 impl Default for AdminConfig {
@@ -167,6 +169,7 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"),
             token: None,
+            vendor: Default::default(),
         }
     }
 }
@@ -346,6 +349,7 @@ impl GatewayConfig {
         let uniffle = UniffleConfig::default();
         let celeborn = CelebornConfig::default();
         follow(&mut self.admin.listen, admin.listen, host);
+        self.admin.vendor.follow_host(host);
         let u = &mut self.uniffle;
         follow(&mut u.coordinator_listen, uniffle.coordinator_listen, host);
         follow(&mut u.server_grpc_listen, uniffle.server_grpc_listen, host);
@@ -454,6 +458,7 @@ impl GatewayConfig {
         if c.enabled && coordinator {
             all.push(("celeborn.master_listen", c.master_listen));
         }
+        all.extend(self.vendor_api_listeners());
         if c.enabled && worker {
             all.push(("celeborn.worker_rpc_listen", c.worker_rpc_listen));
             all.push(("celeborn.worker_push_listen", c.worker_push_listen));
@@ -464,6 +469,35 @@ impl GatewayConfig {
             ));
         }
         all
+    }
+
+    /// The vendor admin APIs that run here, with their keys: each when its
+    /// role runs on this node and its address is set.
+    pub fn vendor_api_listeners(&self) -> Vec<(&'static str, SocketAddr)> {
+        let v = &self.admin.vendor;
+        let coordinator = self.cluster.has(Role::Coordinator);
+        let worker = self.cluster.has(Role::Worker);
+        let celeborn = self.celeborn.enabled;
+        [
+            (
+                crate::admin::vendor::CELEBORN_MASTER,
+                v.celeborn_master_listen,
+                celeborn && coordinator,
+            ),
+            (
+                crate::admin::vendor::CELEBORN_WORKER,
+                v.celeborn_worker_listen,
+                celeborn && worker,
+            ),
+            (
+                crate::admin::vendor::UNIFFLE_COORDINATOR,
+                v.uniffle_coordinator_listen,
+                self.uniffle.enabled && coordinator,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, addr, on)| Some((key, addr.filter(|_| on)?)))
+        .collect()
     }
 
     /// Two listeners on one port (on the same IP, or one of them on all

@@ -112,7 +112,7 @@ fn decommission(args: crate::cli::DecommissionArgs) -> anyhow::Result<()> {
     })
 }
 
-fn http_client() -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
     reqwest::Client::builder()
         // The admin port is inside the cluster network; never via a proxy.
         .no_proxy()
@@ -179,7 +179,7 @@ fn render_nodes(c: &Value) -> String {
 }
 
 /// `path` on the admin HTTP of `admin` (`http://HOST:PORT` or `HOST:PORT`).
-fn admin_url(admin: &str, path: &str) -> anyhow::Result<String> {
+pub(crate) fn admin_url(admin: &str, path: &str) -> anyhow::Result<String> {
     let admin = admin.trim().trim_end_matches('/');
     if admin.is_empty() {
         bail!("--admin is empty: give the node's admin address, such as http://127.0.0.1:19990");

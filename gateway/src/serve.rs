@@ -98,7 +98,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let throughput = ThroughputHistory::new();
     tokio::spawn(throughput.clone().run(stop_rx.clone()));
-    let app = admin::router(AdminState {
+    let admin_state = AdminState {
         store: store.clone(),
         metrics,
         started,
@@ -107,7 +107,14 @@ pub async fn serve(
         coordination: roles.coordination.clone(),
         decommission: roles.decommission.clone(),
         token: config.admin.token.clone(),
-    });
+    };
+    let local = config
+        .cluster
+        .has(Role::Worker)
+        .then(|| roles.node_worker(&config, &identity, &store, admin_addr));
+    let vendor = admin::vendor::VendorState::new(admin_state.clone(), local, &config)?;
+    admin::vendor::spawn(config.vendor_api_listeners(), vendor, stop_rx.clone()).await?;
+    let app = admin::router(admin_state);
     let admin_server = spawn_admin(listener, app, stop_rx);
     info!(%admin_addr, "admin HTTP listening (/ /healthz /readyz /metrics /api/v1/status /api/v1/cluster /api/v1/throughput)");
 
@@ -280,23 +287,8 @@ impl Roles {
         if !(cluster.is_fleet() && cluster.has(Role::Worker)) {
             return Ok(None);
         }
-        let (uniffle, celeborn) = (&self.uniffle, &self.celeborn);
-        let worker = Arc::new(NodeWorker {
-            node_id: identity.id.clone(),
-            // Where others reach this node's admin port: node.host when it
-            // listens on every interface.
-            admin: match (admin_addr.ip().is_unspecified(), config.node.host) {
-                (true, Some(host)) => {
-                    std::net::SocketAddr::new(host, admin_addr.port()).to_string()
-                }
-                _ => admin_addr.to_string(),
-            },
-            rack: config.node.rack.clone().unwrap_or_default(),
-            store: store.clone(),
-            uniffle: uniffle.as_ref().map(|u| (u.addrs.clone(), u.tags.clone())),
-            celeborn: celeborn.as_ref().map(|c| c.worker.clone()),
-            decommission: self.decommission.clone(),
-        });
+        let celeborn = &self.celeborn;
+        let worker = self.node_worker(config, identity, store, admin_addr);
         // Celeborn secrets registered on another node's master are fetched
         // from the coordinators when a client authenticates here.
         if let Some(secrets) = celeborn.as_ref().and_then(|c| c.worker.auth()) {
@@ -309,6 +301,36 @@ impl Roles {
             Heartbeater::start(cluster, worker, self.cluster_cancel.clone())
                 .context("invalid cluster.coordinators")?,
         ))
+    }
+
+    /// This node as a worker: what its heartbeat reports, and what the
+    /// vendor APIs describe it by.
+    fn node_worker(
+        &self,
+        config: &GatewayConfig,
+        identity: &NodeIdentity,
+        store: &Arc<Store>,
+        admin_addr: SocketAddr,
+    ) -> Arc<NodeWorker> {
+        Arc::new(NodeWorker {
+            node_id: identity.id.clone(),
+            // Where others reach this node's admin port: node.host when it
+            // listens on every interface.
+            admin: match (admin_addr.ip().is_unspecified(), config.node.host) {
+                (true, Some(host)) => {
+                    std::net::SocketAddr::new(host, admin_addr.port()).to_string()
+                }
+                _ => admin_addr.to_string(),
+            },
+            rack: config.node.rack.clone().unwrap_or_default(),
+            store: store.clone(),
+            uniffle: self
+                .uniffle
+                .as_ref()
+                .map(|u| (u.addrs.clone(), u.tags.clone())),
+            celeborn: self.celeborn.as_ref().map(|c| c.worker.clone()),
+            decommission: self.decommission.clone(),
+        })
     }
 
     /// The `node` object of `/api/v1/status`.

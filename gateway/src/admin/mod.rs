@@ -4,6 +4,7 @@
 pub mod migration;
 mod page;
 pub mod throughput;
+pub mod vendor;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -139,7 +139,8 @@ const FLEET_COORDINATORS: &str = "Master high availability (Ratis); Switchyard's
 const QUOTAS: &str = "Switchyard's quotas are storage.apps.max_app_bytes, max_app_partitions \
     and max_user_bytes (docs/security.md#quotas): set them by hand";
 const ADMIN_HTTP: &str = "Switchyard's admin HTTP (admin.listen, 127.0.0.1:19990) serves \
-    /metrics, health and status for every role; it is not upstream's REST API";
+    /metrics, health and status for every role; the upstream REST APIs are on [admin.vendor]'s \
+    listeners (docs/vendor-apis.md)";
 
 /// `celeborn-defaults.conf`: the Master's and the Worker's settings.
 pub const CELEBORN: &[Rule] = &[
@@ -410,6 +411,16 @@ pub const CELEBORN: &[Rule] = &[
         "celeborn.worker.metrics.",
         NoCounterpart,
         "metrics are always on: admin.listen serves /metrics",
+    ),
+    map(
+        "celeborn.master.http.port",
+        "admin.vendor.celeborn_master_listen",
+        Listen,
+    ),
+    map(
+        "celeborn.worker.http.port",
+        "admin.vendor.celeborn_worker_listen",
+        Listen,
     ),
     ignore_prefix("celeborn.master.http.", NoCounterpart, ADMIN_HTTP),
     ignore_prefix("celeborn.worker.http.", NoCounterpart, ADMIN_HTTP),
@@ -882,6 +893,8 @@ pub const TARGETS: &[&str] = &[
     "uniffle.node_timeout",
     "uniffle.max_servers_per_shuffle",
     "uniffle.huge_partition_split_limit",
+    "admin.vendor.celeborn_master_listen",
+    "admin.vendor.celeborn_worker_listen",
     "celeborn.master_listen",
     "celeborn.worker_rpc_listen",
     "celeborn.worker_push_listen",

@@ -136,7 +136,7 @@ impl Default for UniffleConfig {
 
 /// An address, or `""` for none: a key left out takes its default (on), so
 /// turning a listener off needs a value of its own.
-mod address_or_off {
+pub mod address_or_off {
     use std::net::SocketAddr;
 
     use serde::{Deserialize, Deserializer, Serializer};
