@@ -402,17 +402,7 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
     // series must change after Prometheus first saw it, as it does under
     // steady traffic. (The workload above may have pushed everything
     // before the first scrape that saw its push series.)
-    bench(&[
-        "celeborn",
-        "--master",
-        &master,
-        "--size",
-        "4MiB",
-        "--mappers",
-        "2",
-        "--partitions",
-        "4",
-    ]);
+    bench(&["celeborn", "--master", &master, "--size", "4MiB"]);
     prometheus.settle();
     check_promtool(&prometheus_bin);
     upstream_panels_return_data(&prometheus);

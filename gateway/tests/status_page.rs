@@ -115,6 +115,18 @@ impl Browser {
         )
     }
 
+    /// No console errors (a failed fetch, a CSP refusal, a script error).
+    fn assert_no_console_errors(&self) {
+        let logs = self.session("POST", "/se/log", Some(json!({"type": "browser"})));
+        let errors: Vec<&Value> = logs
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .collect();
+        assert!(errors.is_empty(), "console errors: {errors:?}");
+    }
+
     fn wait_for(&self, what: &str, js: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -303,15 +315,7 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
         std::fs::write(&path, png).unwrap();
     }
 
-    // No console errors (a failed fetch, a CSP refusal, a script error).
-    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
-    let errors: Vec<&Value> = logs
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["level"] == "SEVERE")
-        .collect();
-    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.assert_no_console_errors();
 }
 
 #[test]
@@ -373,14 +377,7 @@ fn status_page_lists_the_fleet_on_a_coordinator() {
         .join(",");
     browser.wait_for("node 2 lost in the Fleet table", &rows(&lost));
 
-    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
-    let errors: Vec<&Value> = logs
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["level"] == "SEVERE")
-        .collect();
-    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.assert_no_console_errors();
 }
 
 /// The cells of the finished application's row once it shows `ended`.
@@ -510,12 +507,5 @@ fn status_page_lists_finished_applications_and_how_they_ended() {
     assert_eq!(left["peak_memory_bytes"], json!(256 << 10), "{left}");
     assert!(left["duration_ms"].as_u64().unwrap() >= 4000, "{left}");
 
-    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
-    let errors: Vec<&Value> = logs
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["level"] == "SEVERE")
-        .collect();
-    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.assert_no_console_errors();
 }
