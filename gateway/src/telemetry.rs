@@ -20,6 +20,7 @@ use crate::config::{LogConfig, LogFormat};
 pub const PROCESS_RESIDENT_BYTES: &str = "switchyard_process_resident_bytes";
 /// Always 1; the `version` label carries the build's version.
 pub const BUILD_INFO: &str = "switchyard_build_info";
+pub const PROCESS_CPU_SECONDS: &str = "switchyard_process_cpu_seconds";
 
 /// Bucket bounds for every histogram whose name ends in `_seconds`
 /// (spill durations, throttle waits, ...): 1 ms to 2 min.
@@ -137,6 +138,11 @@ pub fn install_metrics(node_id: &str) -> anyhow::Result<PrometheusHandle> {
         Unit::Bytes,
         "Resident set size of the switchyard process"
     );
+    metrics::describe_gauge!(
+        PROCESS_CPU_SECONDS,
+        Unit::Seconds,
+        "CPU time (user and system) the switchyard process used"
+    );
     metrics::describe_gauge!(BUILD_INFO, "Build information; the value is always 1");
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     update_process_metrics();
@@ -151,6 +157,24 @@ pub fn update_process_metrics() {
     {
         metrics::gauge!(PROCESS_RESIDENT_BYTES).set(rss as f64);
     }
+    if let Some(cpu) = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| parse_cpu_seconds(&s))
+    {
+        metrics::gauge!(PROCESS_CPU_SECONDS).set(cpu);
+    }
+}
+
+/// User plus system CPU time, in seconds, from `/proc/<pid>/stat` (fields
+/// 14 and 15, in clock ticks of 1/100 s: Linux's USER_HZ on every
+/// architecture Switchyard builds for).
+fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name (field 2) may hold spaces: count from its ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// Bytes from the `VmRSS:  1234 kB` line of `/proc/<pid>/status`.
@@ -167,6 +191,13 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_cpu_seconds() {
+        let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 1 2 3";
+        assert_eq!(parse_cpu_seconds(stat), Some(3.0));
+        assert_eq!(parse_cpu_seconds("42 (x) S"), None);
+    }
 
     #[test]
     fn parses_vm_rss() {

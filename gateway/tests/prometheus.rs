@@ -3,7 +3,10 @@
 //! through Prometheus' own HTTP API: the traffic counters rose by exactly
 //! what the workload sent, and every PromQL expression of the Grafana
 //! dashboard (`deploy/grafana/switchyard.json`) is valid and names only
-//! metrics that exist.
+//! metrics that exist. Prometheus also loads the recording rules for the
+//! upstream dashboards (`deploy/prometheus/upstream-dashboards.rules.yml`),
+//! and every mapped upstream panel query
+//! (`tests/fixtures/upstream-panel-queries.json`) must return data.
 //!
 //! Prometheus: `$SWITCHYARD_PROMETHEUS` (which must exist), else
 //! `prometheus` on PATH (Debian's package; `.ci/install-prometheus`).
@@ -42,7 +45,13 @@ fn find_prometheus() -> Option<PathBuf> {
         .then(|| PathBuf::from("prometheus"))
 }
 
-/// Prometheus on a free loopback port, scraping `target` every second.
+/// The recording rules for the upstream Celeborn and Uniffle dashboards.
+fn upstream_rules() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/upstream-dashboards.rules.yml")
+}
+
+/// Prometheus on a free loopback port, scraping `target` every second and
+/// evaluating the upstream dashboards' recording rules.
 struct Prometheus {
     child: Child,
     addr: SocketAddr,
@@ -61,7 +70,9 @@ impl Prometheus {
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: switchyard\n    static_configs:\n      - targets: ['{target}']\n"
+                 rule_files: ['{}']\n\
+                 scrape_configs:\n  - job_name: switchyard\n    static_configs:\n      - targets: ['{target}']\n",
+                upstream_rules().display()
             ),
         )
         .unwrap();
@@ -385,5 +396,81 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
     eprintln!(
         "dashboard: {exprs} expressions over {} metrics checked",
         names.len()
+    );
+
+    // The upstream panels' times are rates over the last minutes: a
+    // series must change after Prometheus first saw it, as it does under
+    // steady traffic. (The workload above may have pushed everything
+    // before the first scrape that saw its push series.)
+    bench(&["celeborn", "--master", &master, "--size", "4MiB"]);
+    prometheus.settle();
+    check_promtool(&prometheus_bin);
+    upstream_panels_return_data(&prometheus);
+}
+
+/// `promtool check rules` on the upstream dashboards' rules, when Debian's
+/// promtool is installed beside prometheus (or on PATH).
+fn check_promtool(prometheus_bin: &Path) {
+    let beside = prometheus_bin.with_file_name("promtool");
+    let promtool = if beside.is_file() {
+        beside
+    } else {
+        PathBuf::from("promtool")
+    };
+    match Command::new(&promtool)
+        .arg("check")
+        .arg("rules")
+        .arg(upstream_rules())
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "promtool check rules: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("promtool not run ({}: {e})", promtool.display()),
+    }
+}
+
+/// Every mapped upstream panel query, as Grafana sends it with every
+/// instance selected, returns a number for this node.
+fn upstream_panels_return_data(prometheus: &Prometheus) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream-panel-queries.json");
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut queries = Vec::new();
+    for dashboard in ["celeborn", "uniffle"] {
+        let list = fixture[dashboard]["queries"].as_array().unwrap();
+        assert!(list.len() >= 10, "{dashboard}: {} queries", list.len());
+        for q in list {
+            let promql = q["expr"].as_str().unwrap().replace("${instance}", ".*");
+            queries.push((format!("{dashboard} {}", q["panel"]), promql));
+        }
+    }
+    // The rules run every second: the first evaluation after the last
+    // scrape may still be ahead.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut empty = Vec::new();
+        for (panel, promql) in &queries {
+            let result = prometheus.query(promql);
+            if result.is_empty() || result.iter().any(|(_, v)| !v.is_finite()) {
+                empty.push(format!("{panel}: {promql} = {result:?}"));
+            }
+        }
+        if empty.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "upstream panel queries without data:\n{}",
+            empty.join("\n")
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!(
+        "upstream dashboards: {} panel queries return data",
+        queries.len()
     );
 }

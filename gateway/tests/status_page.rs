@@ -115,6 +115,18 @@ impl Browser {
         )
     }
 
+    /// No console errors (a failed fetch, a CSP refusal, a script error).
+    fn assert_no_console_errors(&self) {
+        let logs = self.session("POST", "/se/log", Some(json!({"type": "browser"})));
+        let errors: Vec<&Value> = logs
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .collect();
+        assert!(errors.is_empty(), "console errors: {errors:?}");
+    }
+
     fn wait_for(&self, what: &str, js: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -303,15 +315,7 @@ fn status_page_renders_the_node_and_its_applications_in_chromium() {
         std::fs::write(&path, png).unwrap();
     }
 
-    // No console errors (a failed fetch, a CSP refusal, a script error).
-    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
-    let errors: Vec<&Value> = logs
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["level"] == "SEVERE")
-        .collect();
-    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.assert_no_console_errors();
 }
 
 #[test]
@@ -373,12 +377,135 @@ fn status_page_lists_the_fleet_on_a_coordinator() {
         .join(",");
     browser.wait_for("node 2 lost in the Fleet table", &rows(&lost));
 
-    let logs = browser.session("POST", "/se/log", Some(json!({"type": "browser"})));
-    let errors: Vec<&Value> = logs
+    browser.assert_no_console_errors();
+}
+
+/// The cells of the finished application's row once it shows `ended`.
+fn finished_row(browser: &Browser, app: &str, ended: &str) -> Vec<String> {
+    let row = browser.wait_for(
+        &format!("{app} finished ({ended})"),
+        &format!(
+            "const r = document.querySelector('#finished tr[data-app=\"{app}\"]'); \
+             return r && r.dataset.ended === '{ended}' && Array.from(r.cells).map(c => c.textContent)"
+        ),
+    );
+    row.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn status_page_lists_finished_applications_and_how_they_ended() {
+    let Some((chromedriver, chromium)) = browser_tools() else {
+        return;
+    };
+    // Short leases, so that the applications left behind end within the
+    // test: Celeborn's (lost) and the store's default, Uniffle's (expired).
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            memory: "64MiB".into(),
+            extra_toml: "[storage.apps]\nexpiry = \"4s\"\nexpiry_check_interval = \"1s\"\n\n\
+                         [celeborn]\napp_timeout = \"4s\"\n"
+                .into(),
+            ..ClusterOptions::default()
+        },
+    );
+    let node = cluster.node(1);
+    let (master, coordinator) = (
+        node.celeborn_master().to_string(),
+        node.uniffle_coordinator().to_string(),
+    );
+    let bench = |args: &[&str]| {
+        if let Err(e) = switchyard_bench::run_args(args) {
+            panic!("switchyard-bench {args:?}: {e}");
+        }
+    };
+    // Whole jobs through the Rust clients: written, read back, ended by
+    // their clients (Uniffle unregisterApp, Celeborn ApplicationLost).
+    let small = ["--size", "4MiB", "--mappers", "2", "--partitions", "4"];
+    bench(
+        &[
+            &[
+                "uniffle",
+                "--coordinator",
+                &coordinator,
+                "--app",
+                "done-uniffle",
+            ][..],
+            &small,
+        ]
+        .concat(),
+    );
+    bench(
+        &[
+            &["celeborn", "--master", &master, "--app", "done-celeborn"][..],
+            &small,
+        ]
+        .concat(),
+    );
+    // Left behind: the lease runs out.
+    bench(
+        &[
+            &[
+                "celeborn",
+                "--master",
+                &master,
+                "--app",
+                "left-celeborn",
+                "--keep-app",
+            ][..],
+            &small,
+        ]
+        .concat(),
+    );
+    live_uniffle_app(node, "left-uniffle");
+
+    let browser = Browser::start(&chromedriver, &chromium);
+    let url = format!("http://{}/", node.admin());
+    browser.session("POST", "/url", Some(json!({ "url": url })));
+
+    // protocol, application, client, written, read, duration, peak memory,
+    // ended, when.
+    for (app, protocol, ended, read) in [
+        ("done-uniffle", "uniffle", "unregistered", true),
+        ("done-celeborn", "celeborn", "unregistered", true),
+        ("left-celeborn", "celeborn", "lost", true),
+        ("left-uniffle", "uniffle", "expired", false),
+    ] {
+        let cells = finished_row(&browser, app, ended);
+        assert_eq!(cells[0], protocol, "{app}: {cells:?}");
+        assert_eq!(cells[1], app, "{cells:?}");
+        let written = if app == "left-uniffle" {
+            "256.0 KiB"
+        } else {
+            "4.0 MiB"
+        };
+        assert_eq!(cells[3], written, "written: {cells:?}");
+        if read {
+            assert_eq!(cells[4], "4.0 MiB", "read back: {cells:?}");
+        }
+        assert_ne!(cells[6], "0 B", "peak memory: {cells:?}");
+        assert_eq!(cells[7], ended, "{cells:?}");
+    }
+    // The live table forgot them; the JSON behind the page has the figures.
+    assert_eq!(
+        browser.script("return document.querySelectorAll('#apps tr[data-app]').length"),
+        json!(0)
+    );
+    let (code, body) = node.get("/api/v1/apps").unwrap();
+    assert_eq!(code, 200, "{body}");
+    let apps: Value = serde_json::from_str(&body).unwrap();
+    let left = apps["finished"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["level"] == "SEVERE")
-        .collect();
-    assert!(errors.is_empty(), "console errors: {errors:?}");
+        .find(|a| a["id"] == "left-uniffle")
+        .unwrap_or_else(|| panic!("{apps}"));
+    assert_eq!(left["peak_memory_bytes"], json!(256 << 10), "{left}");
+    assert!(left["duration_ms"].as_u64().unwrap() >= 4000, "{left}");
+
+    browser.assert_no_console_errors();
 }

@@ -365,10 +365,15 @@ pub struct AppConfig {
     #[serde(with = "humantime_serde")]
     pub tombstone_retention: Duration,
     /// How long the figures of a removed application (bytes written and
-    /// read, client, times) stay in the migration report
-    /// (`/api/v1/migration`). Default 24 h; at most 10,000 are kept.
+    /// read, peak memory, client, times, how it ended) stay in the
+    /// migration report (`/api/v1/migration`), `/api/v1/apps` and the
+    /// status page's finished applications. Default 24 h.
     #[serde(with = "humantime_serde")]
     pub history_retention: Duration,
+    /// The most removed applications kept for `history_retention` (the
+    /// oldest go first), so the history's memory stays bounded whatever
+    /// the rate of applications: about 300 bytes each. Default 10,000.
+    pub history_max_apps: usize,
     /// Quota: the most shuffle data one application may hold (in every
     /// tier, until its shuffles are removed). Beyond it its writes are
     /// refused through the protocol's own channel. Default: none.
@@ -393,6 +398,7 @@ impl Default for AppConfig {
             expiry_check_interval: Duration::from_secs(10),
             tombstone_retention: Duration::from_secs(3600),
             history_retention: Duration::from_secs(24 * 3600),
+            history_max_apps: 10_000,
             max_app_bytes: None,
             max_app_partitions: None,
             max_user_bytes: None,

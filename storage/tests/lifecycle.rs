@@ -379,3 +379,52 @@ async fn removing_an_app_never_touches_one_whose_id_differs_only_in_escaped_char
         files_under(&dir.path().join("disk0")) + files_under(&dir.path().join("disk1"));
     assert_eq!(disk_files, 4 * 2);
 }
+
+/// The history of a removed application: its peak memory (counted where
+/// blocks enter and leave memory, so a flush lowers what it holds, not its
+/// peak) and how it ended, in its protocol's words: a lease registered as
+/// lapsing into `Lost` ends lost, the default one expired.
+#[tokio::test]
+async fn removed_apps_keep_their_peak_memory_and_how_they_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 1, 1 << 20);
+    c.apps.expiry = Duration::from_millis(300);
+    c.apps.expiry_check_interval = Duration::from_millis(50);
+    let store = Store::open(c).await.unwrap();
+    store.register_app_lapsing("lost", Duration::from_millis(300), RemovalReason::Lost);
+    store.register_app("expired");
+    store.register_app("gone");
+    for app in ["lost", "expired", "gone"] {
+        let key = PartitionKey::new(app, 0, 0);
+        store
+            .append(&key, vec![block(1, 0, 1000), block(2, 0, 500)], None)
+            .await
+            .unwrap();
+    }
+    // Flushed, "gone" holds nothing in memory, but its peak stays.
+    store.flush_shuffle("gone", 0).await.unwrap();
+    let key = PartitionKey::new("gone", 0, 0);
+    store
+        .append(&key, vec![block(3, 0, 100)], None)
+        .await
+        .unwrap();
+    store.remove_app("gone").await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.has_app("lost") || store.has_app("expired") {
+        assert!(Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let history = store.app_history();
+    let ended = |id: &str| {
+        let r = history.iter().find(|r| r.id == id).unwrap();
+        (
+            r.removed.as_ref().unwrap().reason,
+            r.peak_memory_bytes,
+            r.written_bytes,
+        )
+    };
+    assert_eq!(ended("lost"), ("lost", 1500, 1500));
+    assert_eq!(ended("expired"), ("expired", 1500, 1500));
+    assert_eq!(ended("gone"), ("unregistered", 1500, 1600));
+}

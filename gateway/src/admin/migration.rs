@@ -32,6 +32,8 @@ pub struct AppRow {
     pub client: Option<String>,
     pub written_bytes: u64,
     pub read_bytes: u64,
+    /// The most data bytes it held in this node's memory at once.
+    pub peak_memory_bytes: u64,
     pub registered_unix_ms: u64,
     pub last_seen_unix_ms: u64,
     pub removed: Option<Removal>,
@@ -57,7 +59,7 @@ pub struct MigrationReport {
     pub applications: Vec<AppRow>,
 }
 
-fn row(r: AppRecord) -> AppRow {
+pub(super) fn row(r: AppRecord) -> AppRow {
     let (protocol, id) = protocol_of(&r.id, r.client.as_deref());
     AppRow {
         protocol,
@@ -65,6 +67,7 @@ fn row(r: AppRecord) -> AppRow {
         client: r.client,
         written_bytes: r.written_bytes,
         read_bytes: r.read_bytes,
+        peak_memory_bytes: r.peak_memory_bytes,
         registered_unix_ms: r.registered_unix_ms,
         last_seen_unix_ms: r.last_seen_unix_ms,
         removed: r.removed,

@@ -1,6 +1,7 @@
 //! Admin HTTP: health, readiness, Prometheus metrics, the JSON status and
 //! throughput history, and the web status page built on them.
 
+mod apps;
 pub mod migration;
 mod page;
 pub mod throughput;
@@ -52,6 +53,7 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/api/v1/throughput", get(throughput))
         .route("/api/v1/migration", get(migration))
+        .route("/api/v1/apps", get(apps::apps))
         .route("/api/v1/shuffles", get(shuffles))
         .merge(page::routes())
         .with_state(state)

@@ -3,12 +3,13 @@
 //! ([`super::registry::Apps`]) creates and changes it; other parts read it
 //! through the methods below.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use super::lifecycle::RemovalReason;
 use crate::id::{AppId, LocalPartition};
 use crate::tiers::partition::{AppTally, Partition};
 
@@ -30,6 +31,9 @@ pub(crate) struct App {
     last_seen_ms: AtomicU64,
     /// How long it lives without a heartbeat or request, in milliseconds.
     pub(super) lease_ms: AtomicU64,
+    /// Whether its protocol calls a lapse of its lease losing it
+    /// ([`RemovalReason::Lost`]) rather than its expiry.
+    pub(super) lost_on_lapse: AtomicBool,
     pub(super) tally: Arc<AppTally>,
     /// Wall-clock time of its registration, in Unix milliseconds.
     pub(super) registered_unix_ms: u64,
@@ -46,6 +50,7 @@ impl App {
             shuffles: DashMap::new(),
             last_seen_ms: AtomicU64::new(now_ms),
             lease_ms: AtomicU64::new(lease_ms),
+            lost_on_lapse: AtomicBool::new(false),
             tally: Arc::default(),
             registered_unix_ms: super::ledger::unix_ms(),
             client: Mutex::new(None),
@@ -105,6 +110,15 @@ impl App {
     /// Milliseconds since its last heartbeat or request.
     pub(crate) fn idle_ms(&self, now_ms: u64) -> u64 {
         now_ms.saturating_sub(self.last_seen_ms.load(Ordering::Relaxed))
+    }
+
+    /// Why it goes when its lease runs out.
+    pub(super) fn lapse(&self) -> RemovalReason {
+        if self.lost_on_lapse.load(Ordering::Relaxed) {
+            RemovalReason::Lost
+        } else {
+            RemovalReason::Expired
+        }
     }
 
     pub(super) fn is_expired(&self, now_ms: u64) -> bool {

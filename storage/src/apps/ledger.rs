@@ -2,7 +2,7 @@
 //! each application wrote and had read back, which client it was (as its
 //! front end describes it), when it came and went. Live applications are
 //! read off the store; removed ones are kept here for
-//! `apps.history_retention`, at most [`MAX_REMOVED`] of them.
+//! `apps.history_retention`, at most `apps.history_max_apps` of them.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-/// Removed applications remembered at most (the oldest go first).
-pub const MAX_REMOVED: usize = 10_000;
+/// Client descriptions of applications not registered yet, remembered at most.
+const MAX_PENDING_CLIENTS: u64 = 10_000;
 
 pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
@@ -30,6 +30,8 @@ pub struct AppRecord {
     pub written_bytes: u64,
     /// Data bytes read back (from memory, disks and the cold tier).
     pub read_bytes: u64,
+    /// The most data bytes it held in this node's memory at once.
+    pub peak_memory_bytes: u64,
     pub registered_unix_ms: u64,
     /// Its last heartbeat or request.
     pub last_seen_unix_ms: u64,
@@ -40,7 +42,7 @@ pub struct AppRecord {
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Removal {
     pub unix_ms: u64,
-    /// `unregistered` or `expired`.
+    /// `unregistered`, `lost` or `expired` ([`crate::RemovalReason`]).
     pub reason: &'static str,
 }
 
@@ -52,22 +54,23 @@ const PENDING_CLIENT_TTL: Duration = Duration::from_secs(3600);
 #[derive(Debug)]
 pub(crate) struct Ledger {
     removed: Mutex<VecDeque<AppRecord>>,
+    /// Removed applications remembered at most (the oldest go first).
+    max_removed: usize,
     pending_clients: moka::sync::Cache<String, String>,
 }
 
-impl Default for Ledger {
-    fn default() -> Self {
+impl Ledger {
+    pub(crate) fn new(max_removed: usize) -> Self {
         Ledger {
             removed: Mutex::default(),
+            max_removed,
             pending_clients: moka::sync::Cache::builder()
-                .max_capacity(MAX_REMOVED as u64)
+                .max_capacity(MAX_PENDING_CLIENTS)
                 .time_to_live(PENDING_CLIENT_TTL)
                 .build(),
         }
     }
-}
 
-impl Ledger {
     pub(crate) fn remember_client(&self, app: &str, client: &str) {
         self.pending_clients
             .insert(app.to_string(), client.to_string());
@@ -79,7 +82,7 @@ impl Ledger {
 
     pub(crate) fn record_removal(&self, record: AppRecord) {
         let mut removed = self.removed.lock();
-        if removed.len() == MAX_REMOVED {
+        while removed.len() >= self.max_removed.max(1) {
             removed.pop_front();
         }
         removed.push_back(record);
@@ -110,6 +113,7 @@ mod tests {
             client: None,
             written_bytes: 1,
             read_bytes: 2,
+            peak_memory_bytes: 3,
             registered_unix_ms: 0,
             last_seen_unix_ms: 0,
             removed: Some(Removal {
@@ -121,7 +125,8 @@ mod tests {
 
     #[test]
     fn keeps_removed_apps_within_retention_and_a_bound() {
-        let ledger = Ledger::default();
+        const MAX: usize = 100;
+        let ledger = Ledger::new(MAX);
         let now = unix_ms();
         ledger.record_removal(record("old", now - 7_200_000));
         ledger.record_removal(record("new", now));
@@ -130,11 +135,11 @@ mod tests {
             kept.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
             ["new"]
         );
-        for i in 0..MAX_REMOVED + 3 {
+        for i in 0..MAX + 3 {
             ledger.record_removal(record(&i.to_string(), now));
         }
         let kept = ledger.removed(Duration::from_secs(3600));
-        assert_eq!(kept.len(), MAX_REMOVED);
+        assert_eq!(kept.len(), MAX);
         assert_eq!(kept[0].id, "3");
     }
 }

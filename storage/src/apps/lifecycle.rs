@@ -25,12 +25,28 @@ use crate::error::StorageError;
 use crate::id::AppId;
 
 /// Why an application was removed.
+///
+/// `Lost` and `Expired` are one event, a lease that ran out, named as the
+/// application's protocol names it: the front end says which when it
+/// registers the application ([`crate::Store::register_app_lapsing`]).
+/// Celeborn's master calls an application whose heartbeats stopped for
+/// `celeborn.master.heartbeat.application.timeout` *lost* (its
+/// `timeoutDeadApplications` fires the ApplicationLost event); Uniffle's
+/// coordinator and shuffle server call one silent for
+/// `rss.coordinator.app.expired` / `rss.server.app.expired.withoutHeartbeat`
+/// *expired*. A Celeborn driver that stops normally also sends
+/// ApplicationLost (its `ApplicationHeartbeater.stop`), but that is the
+/// client ending it: `Unregistered`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RemovalReason {
-    /// The client unregistered it (Uniffle `unregisterApp`, Celeborn
-    /// `ApplicationLost`) or an operator removed it.
+    /// The client ended it (Uniffle `unregisterApp`, Celeborn
+    /// `ApplicationLost` or `UnregisterApplication` from its driver) or an
+    /// operator removed it.
     Unregistered,
-    /// No heartbeat or request within its lease.
+    /// No heartbeat or request within its lease, on a protocol that calls
+    /// that losing it (Celeborn).
+    Lost,
+    /// No heartbeat or request within its lease (Uniffle; the default).
     Expired,
 }
 
@@ -38,6 +54,7 @@ impl RemovalReason {
     pub fn as_str(self) -> &'static str {
         match self {
             RemovalReason::Unregistered => "unregistered",
+            RemovalReason::Lost => "lost",
             RemovalReason::Expired => "expired",
         }
     }

@@ -35,7 +35,7 @@ impl Apps {
             quotas: Quotas::new(config),
             apps: DashMap::new(),
             lifecycle: Lifecycle::default(),
-            ledger: Ledger::default(),
+            ledger: Ledger::new(config.history_max_apps),
             epoch: Instant::now(),
         }
     }
@@ -46,8 +46,8 @@ impl Apps {
 
     // ---- leases ---------------------------------------------------------
 
-    /// See [`crate::Store::register_app_leased`].
-    pub(crate) fn register(&self, app: &str, lease: Duration) {
+    /// See [`crate::Store::register_app_lapsing`].
+    pub(crate) fn register(&self, app: &str, lease: Duration, lapse: RemovalReason) {
         let now = self.now_ms();
         let lease_ms = lease.as_millis().min(u64::MAX as u128) as u64;
         let a = self
@@ -61,6 +61,8 @@ impl Apps {
             })
             .clone();
         a.lease_ms.store(lease_ms, Ordering::Relaxed);
+        a.lost_on_lapse
+            .store(lapse == RemovalReason::Lost, Ordering::Relaxed);
         a.touch(now);
     }
 
@@ -119,13 +121,14 @@ impl Apps {
         self.apps.get(app).map(|a| a.clone())
     }
 
-    /// Applications whose last heartbeat or request is older than their lease.
-    pub(crate) fn expired(&self) -> Vec<String> {
+    /// Applications whose last heartbeat or request is older than their
+    /// lease, with what their protocol calls that.
+    pub(crate) fn expired(&self) -> Vec<(String, RemovalReason)> {
         let now = self.now_ms();
         self.apps
             .iter()
             .filter(|a| a.is_expired(now))
-            .map(|a| a.key().to_string())
+            .map(|a| (a.key().to_string(), a.lapse()))
             .collect()
     }
 
@@ -178,6 +181,7 @@ impl Apps {
             client: a.client(),
             written_bytes: a.tally.written(),
             read_bytes: a.tally.read(),
+            peak_memory_bytes: a.tally.peak_memory(),
             registered_unix_ms: a.registered_unix_ms,
             last_seen_unix_ms: unix_ms().saturating_sub(idle),
             removed: None,

@@ -183,7 +183,14 @@ impl Store {
     /// registered again after its removal starts afresh: the shuffles it had
     /// stay dead (see [`crate::lifecycle`]).
     pub fn register_app_leased(&self, app: &str, lease: Duration) {
-        self.apps.register(app, lease);
+        self.register_app_lapsing(app, lease, RemovalReason::Expired);
+    }
+
+    /// Like [`Store::register_app_leased`], and says what the end of the
+    /// lease is called: [`RemovalReason::Lost`] for a protocol whose master
+    /// calls a silent application lost (Celeborn), `Expired` otherwise.
+    pub fn register_app_lapsing(&self, app: &str, lease: Duration, lapse: RemovalReason) {
+        self.apps.register(app, lease, lapse);
     }
 
     /// Refreshes an application's lease. False if the application is unknown.
@@ -632,13 +639,17 @@ impl Store {
     /// ids removed.
     pub async fn expire_apps(&self) -> Vec<String> {
         let stale = self.apps.expired();
-        for app in &stale {
-            tracing::warn!(app, "application expired: no heartbeat within its lease");
+        for (app, lapse) in &stale {
+            tracing::warn!(
+                app,
+                reason = lapse.as_str(),
+                "application removed: no heartbeat within its lease"
+            );
             self.counters.app_expired();
-            let _ = self.remove_app_because(app, RemovalReason::Expired).await;
+            let _ = self.remove_app_because(app, *lapse).await;
         }
         self.apps.prune_tombstones();
-        stale
+        stale.into_iter().map(|(app, _)| app).collect()
     }
 
     // ---- cold tier ------------------------------------------------------

@@ -250,6 +250,7 @@ impl Flusher {
             // leaves memory now, and only now.
             let finished = p.buffer.lock().finish_flush(id);
             debug_assert_eq!(finished, Some(charge));
+            p.tally().count_memory_out(bytes);
             self.budget.end_flush(charge);
             result?;
         }

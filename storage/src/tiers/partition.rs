@@ -38,6 +38,11 @@ pub(crate) struct AppTally {
     held: AtomicU64,
     /// Partitions created and not yet removed (the partition quota's).
     partitions: AtomicU64,
+    /// Data bytes in memory now (staged or being flushed), and the most it
+    /// ever held: counted where blocks enter and leave memory, so the peak
+    /// costs two atomics per append and per flush, never a walk.
+    memory: AtomicU64,
+    peak_memory: AtomicU64,
 }
 
 impl AppTally {
@@ -76,6 +81,25 @@ impl AppTally {
 
     pub(crate) fn count_read(&self, bytes: u64) {
         self.read.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The most data bytes it held in memory at once.
+    pub(crate) fn peak_memory(&self) -> u64 {
+        self.peak_memory.load(Ordering::Relaxed)
+    }
+
+    fn count_memory_in(&self, bytes: u64) {
+        let now = self.memory.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak_memory.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Blocks of `bytes` left memory (flushed, or dropped with their shuffle).
+    pub(crate) fn count_memory_out(&self, bytes: u64) {
+        let _ = self
+            .memory
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(bytes))
+            });
     }
 
     /// Removed partitions' bytes and count leave the quotas' measures.
@@ -171,7 +195,9 @@ impl Partition {
         if self.is_sealed() {
             return Err(StorageError::Sealed(self.key.clone()));
         }
+        let bytes = blocks.iter().map(Block::len).sum();
         buf.push(blocks);
+        self.tally.count_memory_in(bytes);
         Ok(buf.staging_charge())
     }
 
@@ -207,7 +233,11 @@ impl Partition {
     pub(crate) fn mark_removed(&self) -> u64 {
         let mut buf = self.buffer.lock();
         self.removed.store(true, Ordering::Release);
-        buf.clear_staging()
+        let before = buf.memory_bytes();
+        let charge = buf.clear_staging();
+        self.tally
+            .count_memory_out(before.saturating_sub(buf.memory_bytes()));
+        charge
     }
 
     pub(crate) fn is_removed(&self) -> bool {

@@ -1,9 +1,11 @@
-// Switchyard's status page: polls this node's /api/v1/status and
-// /api/v1/throughput (and, on a fleet coordinator, /api/v1/cluster) and
-// draws them. No libraries, nothing from elsewhere.
+// Switchyard's status page: polls this node's /api/v1/status,
+// /api/v1/throughput and /api/v1/apps (and, on a fleet coordinator,
+// /api/v1/cluster) and draws them. No libraries, nothing from elsewhere.
 "use strict";
 
 const POLL_MS = 2000;
+// Finished applications shown (newest first); /api/v1/apps keeps more.
+const FINISHED_SHOWN = 50;
 const COLORS = { uniffle: "#3b6fd6", celeborn: "#d6813b", flink: "#2e9e6a" };
 
 function el(tag, attrs, ...children) {
@@ -105,6 +107,25 @@ function renderStatus(s) {
   fill(document.querySelector("#apps tbody"), rows);
 }
 
+// Applications that ended here, newest first: how they ended
+// (unregistered by their client; lost: Celeborn's name for a lease that ran
+// out; expired: Uniffle's), with their figures.
+function renderFinished(a) {
+  document.getElementById("finished-note").textContent =
+    `(last ${a.finished.length} of ${a.finished_kept} kept for ${duration(a.retention_seconds)}, at most ${a.max_kept})`;
+  const rows = a.finished.map((f) =>
+    el("tr", { "data-app": f.id, "data-protocol": f.protocol, "data-ended": f.ended },
+      cell(f.protocol), cell(f.id), cell(f.client || "-"),
+      cell(bytes(f.written_bytes), "num"), cell(bytes(f.read_bytes), "num"),
+      cell(duration(f.duration_ms / 1000), "num"), cell(bytes(f.peak_memory_bytes), "num"),
+      cell(f.ended, "ended-" + f.ended),
+      cell(new Date(f.removed.unix_ms).toLocaleTimeString(), "num")));
+  if (rows.length === 0) {
+    rows.push(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "none yet")));
+  }
+  fill(document.querySelector("#finished tbody"), rows);
+}
+
 // The fleet as this coordinator sees it; null on a node that coordinates
 // no fleet, which hides the section.
 function renderFleet(c) {
@@ -177,15 +198,17 @@ function renderThroughput(h) {
 async function poll() {
   const error = document.getElementById("error");
   try {
-    const [status, throughput] = await Promise.all([
+    const [status, throughput, apps] = await Promise.all([
       fetch("/api/v1/status").then((r) => { if (!r.ok) throw new Error(`status: HTTP ${r.status}`); return r.json(); }),
       fetch("/api/v1/throughput").then((r) => { if (!r.ok) throw new Error(`throughput: HTTP ${r.status}`); return r.json(); }),
+      fetch(`/api/v1/apps?finished=${FINISHED_SHOWN}`).then((r) => { if (!r.ok) throw new Error(`apps: HTTP ${r.status}`); return r.json(); }),
     ]);
     const cluster = status.fleet_coordinator
       ? await fetch("/api/v1/cluster").then((r) => { if (!r.ok) throw new Error(`cluster: HTTP ${r.status}`); return r.json(); })
       : null;
     renderStatus(status);
     renderThroughput(throughput);
+    renderFinished(apps);
     renderFleet(cluster);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     error.hidden = true;

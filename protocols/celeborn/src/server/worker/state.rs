@@ -490,10 +490,14 @@ impl WorkerState {
     }
 
     /// Registers (or refreshes) an application in the store with Celeborn's
-    /// application lease.
+    /// application lease; silent past it, the application is *lost*, as
+    /// Celeborn's master calls it.
     pub(crate) fn register_app(&self, app: &str) {
-        self.store
-            .register_app_leased(&stored_app(app), self.config.app_timeout);
+        self.store.register_app_lapsing(
+            &stored_app(app),
+            self.config.app_timeout,
+            switchyard_storage::RemovalReason::Lost,
+        );
     }
 
     /// Tells the store what the wire says of an application's client: Flink

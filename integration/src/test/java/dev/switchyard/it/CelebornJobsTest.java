@@ -44,10 +44,12 @@ class CelebornJobsTest {
 
   @ParameterizedTest(name = "{0}")
   @MethodSource("writers")
-  void combineByKey(String writer) {
+  void combineByKey(String writer) throws Exception {
+    long started = System.currentTimeMillis();
     SparkHarness.compareWithVanilla(
         "combineByKey/" + writer, server, SparkHarness.celeborn(writer), Jobs::combineByKey,
         (e, a) -> Compare.sameMap("combineByKey", e, a));
+    FinishedApps.assertListed(server, "celeborn", started, true);
   }
 
   @ParameterizedTest(name = "{0}")

@@ -36,9 +36,11 @@ class ShuffleJobsTest {
   }
 
   @Test
-  void reduceByKey() {
+  void reduceByKey() throws Exception {
+    long started = System.currentTimeMillis();
     SparkHarness.compareWithVanilla(
         "reduceByKey", server, Jobs::reduceByKey, (e, a) -> Compare.sameMap("reduceByKey", e, a));
+    FinishedApps.assertListed(server, "uniffle", started, FinishedApps.uniffleClientTellsVersion());
   }
 
   @Test
