@@ -2,9 +2,9 @@
 //! several times the node's memory budget (Celeborn pushes and Uniffle sends at
 //! the same time, each half of them), commit, and read everything back,
 //! checking every batch and block. It prints the server's peak RSS against
-//! what the configuration bounds it to (the node's memory number + read budget
-//! + 64 MiB), the backpressure the server answered with, and the throughput,
-//! and fails when the peak passes the bound.
+//! what the configuration bounds it to (the node's memory number, plus the read
+//! budget, plus 64 MiB), the backpressure the server answered with, and the
+//! throughput, and fails when the peak passes the bound.
 //!
 //! Run it against a freshly started server (its peak RSS is the process's
 //! lifetime peak) with `--server-pid`.

@@ -15,28 +15,26 @@ use common::cluster::{Cluster, ClusterOptions, Node};
 use switchyard_clients::celeborn::Connection;
 use switchyard_clients::uniffle::Coordinator;
 
-/// VmRSS of a process, in bytes.
-fn rss(pid: u32) -> u64 {
+/// A size field of a process's /proc status (VmRSS, VmHWM), in bytes.
+fn proc_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
+        .unwrap_or_else(|| panic!("{field} of {pid}"));
     kib << 10
+}
+
+/// VmRSS of a process, in bytes.
+fn rss(pid: u32) -> u64 {
+    proc_bytes(pid, "VmRSS:")
 }
 
 /// VmHWM (peak RSS) of a process, in bytes.
 fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmHWM");
-    kib << 10
+    proc_bytes(pid, "VmHWM:")
 }
 
 /// The node's memory number the tests run with, its read budget, and what
@@ -112,7 +110,8 @@ fn answered_or_closed_within(s: &mut TcpStream, within: Duration) -> bool {
     s.set_read_timeout(Some(within)).unwrap();
     let mut buf = [0u8; 64];
     match s.read(&mut buf) {
-        Ok(_) => true,
+        // An answer (any bytes) or the end of the connection.
+        Ok(_n) => true,
         Err(e) => !matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
