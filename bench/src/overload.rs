@@ -2,8 +2,9 @@
 //! several times the node's memory budget (Celeborn pushes and Uniffle sends at
 //! the same time, each half of them), commit, and read everything back,
 //! checking every batch and block. It prints the server's peak RSS against
-//! what the configuration bounds it to (memory budget + read budget + 64 MiB),
-//! the backpressure the server answered with, and the throughput.
+//! what the configuration bounds it to (the node's memory number, plus the read
+//! budget, plus 64 MiB), the backpressure the server answered with, and the
+//! throughput, and fails when the peak passes the bound.
 //!
 //! Run it against a freshly started server (its peak RSS is the process's
 //! lifetime peak) with `--server-pid`.
@@ -101,8 +102,11 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
     let status: serde_json::Value =
         serde_json::from_str(&admin_get(args.admin, "/api/v1/status").await?)?;
     let memory = &status["storage"]["memory"];
-    let budget = memory["capacity"]
+    // The node's one number (stored blocks, frames in flight, replies); a
+    // node from before it was one number shows the store's capacity only.
+    let budget = memory["node_capacity"]
         .as_u64()
+        .or_else(|| memory["capacity"].as_u64())
         .context("storage.memory.capacity")?;
     let read_budget = memory["read_capacity"].as_u64().unwrap_or(0);
     let bound = budget + read_budget + OVERHEAD;
@@ -178,6 +182,12 @@ pub async fn run(args: OverloadBenchArgs) -> anyhow::Result<()> {
             ratio,
             mib(bound),
             if ratio <= 1.0 { "within" } else { "OVER" }
+        );
+        ensure!(
+            peak <= bound,
+            "server peak RSS {:.0} MiB passed the bound of {:.0} MiB",
+            mib(peak),
+            mib(bound)
         );
     }
     Ok(())

@@ -32,6 +32,10 @@ pub const ENV_ROLES: &str = "SWITCHYARD_ROLES";
 pub const ENV_CLUSTER_SECRET: &str = "SWITCHYARD_CLUSTER_SECRET";
 /// `storage.memory.capacity`, e.g. `2GiB`
 pub const ENV_MEMORY_CAPACITY: &str = "SWITCHYARD_MEMORY_CAPACITY";
+
+/// What the process needs beyond its configured memory: code, the runtime's
+/// threads and stacks, sockets' user-space buffers, allocator slack.
+pub const PROCESS_OVERHEAD: u64 = 64 << 20;
 /// `storage.disks.dirs`, comma separated
 pub const ENV_DATA_DIRS: &str = "SWITCHYARD_DATA_DIRS";
 /// `storage.disks.min_free`, e.g. `512MiB`
@@ -225,11 +229,51 @@ impl GatewayConfig {
     /// through `env`), `node.host`, then every check.
     pub fn finish(mut self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         self.apply_env(env)?;
+        self.apply_network_share();
         self.apply_host();
         self.apply_roles();
         self.celeborn.worker_tags = self.node.tags.clone();
         self.validate()?;
         Ok(self)
+    }
+
+    /// `storage.memory.network`, when not given: a quarter of the node's
+    /// number, so frames and replies of every protocol are inside it.
+    fn apply_network_share(&mut self) {
+        let m = &mut self.storage.memory;
+        if m.network.is_none() {
+            m.network = Some(bytesize::ByteSize::b(m.capacity.as_u64() / 4));
+        }
+    }
+
+    /// The memory a container running this node needs, and what it is made
+    /// of: the one number (stored blocks, frames in flight and replies), the
+    /// reads of persisted data, the caches, and the process itself.
+    pub fn container_memory(&self) -> String {
+        let m = &self.storage.memory;
+        let network = m.network.map_or(0, |n| n.as_u64());
+        let cold_cache = self
+            .storage
+            .cold
+            .as_ref()
+            .map_or(0, |c| c.read_cache.as_u64());
+        let total = m.capacity.as_u64()
+            + m.read_capacity.as_u64()
+            + m.index_cache.as_u64()
+            + cold_cache
+            + PROCESS_OVERHEAD;
+        let b = bytesize::ByteSize::b;
+        format!(
+            "container memory >= {} (memory.capacity {}: store {} + network {}; + read_capacity {} + index_cache {} + cold read_cache {} + {} process overhead)",
+            b(total),
+            m.capacity,
+            b(m.capacity.as_u64() - network),
+            b(network),
+            m.read_capacity,
+            m.index_cache,
+            b(cold_cache),
+            b(PROCESS_OVERHEAD),
+        )
     }
 
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {

@@ -11,9 +11,13 @@
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// Freed pages go back to the system within about a second (a background
-/// thread purges them), so the peak RSS stays near the memory budget rather
-/// than holding every buffer a burst once needed. `oversize_threshold:0`
+/// Freed pages go back to the system within a quarter of a second (a
+/// background thread purges them), so the peak RSS stays near the memory
+/// number rather than holding every buffer a burst once needed: at 1 s, the
+/// freed pages jemalloc kept under `switchyard-bench overload` at 10x a 64 MiB
+/// number were some 60 MiB (peak 132-150 MiB against the 144 MiB bound of
+/// docs/configuration.md; 120 MiB at 250 ms, 88 MiB with none kept), while
+/// a quarter second still keeps the pages a steady stream of pushes reuses. `oversize_threshold:0`
 /// keeps allocations of 8 MiB and more (a gRPC message's buffers, chunk
 /// reads) in the normal arenas under the same decay: jemalloc's default
 /// sends them to an arena that unmaps them on free, so each was faulted in
@@ -22,7 +26,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] =
-    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,oversize_threshold:0\0";
+    b"background_thread:true,dirty_decay_ms:250,muzzy_decay_ms:0,oversize_threshold:0\0";
 
 mod admin;
 mod cli;
@@ -96,6 +100,7 @@ fn run_check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
             format!("overrides: {}", overrides.join(", "))
         }
     );
+    println!("# {}", config.container_memory());
     print!("{}", config.to_redacted_toml()?);
     eprintln!("switchyard: {} is valid", args.file.display());
     Ok(())

@@ -1,7 +1,9 @@
 //! Probes of the hardening review against the real binary: half-sent huge
-//! frames and idle connections. Each asserts that the process stays up, its
-//! RSS stays bounded, the hostile connections are closed, and well-behaved
-//! clients are served meanwhile.
+//! frames, huge Java-serialized RPCs, idle connections and an overload of
+//! both protocols. Each asserts that the process stays up, the hostile
+//! connections are closed, and well-behaved clients are served meanwhile;
+//! and that the process's peak RSS stays within the one memory number plus
+//! the read budget plus 64 MiB ([`bound`]).
 
 mod common;
 
@@ -13,16 +15,70 @@ use common::cluster::{Cluster, ClusterOptions, Node};
 use switchyard_clients::celeborn::Connection;
 use switchyard_clients::uniffle::Coordinator;
 
-/// VmRSS of a process, in bytes.
-fn rss(pid: u32) -> u64 {
+/// A size field of a process's /proc status (VmRSS, VmHWM), in bytes.
+fn proc_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
+        .unwrap_or_else(|| panic!("{field} of {pid}"));
     kib << 10
+}
+
+/// VmRSS of a process, in bytes.
+fn rss(pid: u32) -> u64 {
+    proc_bytes(pid, "VmRSS:")
+}
+
+/// VmHWM (peak RSS) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    proc_bytes(pid, "VmHWM:")
+}
+
+/// The node's memory number the tests run with, its read budget, and what
+/// the process may hold beyond them (docs/configuration.md, "Sizing a
+/// container"; the tests keep the index cache small, so it is inside).
+const CAPACITY: u64 = 64 << 20;
+const READ_CAPACITY: u64 = 16 << 20;
+const OVERHEAD: u64 = 64 << 20;
+
+/// What the peak RSS of a node may reach: capacity + read budget + 64 MiB.
+fn bound() -> u64 {
+    CAPACITY + READ_CAPACITY + OVERHEAD
+}
+
+/// A node with the tests' memory number and read budget, and `extra` TOML.
+fn bounded_node(extra: &str) -> Cluster {
+    let options = ClusterOptions {
+        // The fixture writes `capacity = "<memory>"` into [storage.memory];
+        // the read budget and a small index cache go on in the same table.
+        memory: format!(
+            "{}MiB\"\nread_capacity = \"{}MiB\"\nindex_cache = \"4MiB",
+            CAPACITY >> 20,
+            READ_CAPACITY >> 20
+        ),
+        extra_toml: extra.into(),
+        ..ClusterOptions::default()
+    };
+    Cluster::start_with(1, options)
+}
+
+/// Fails unless the node's peak RSS stayed within [`bound`].
+fn assert_within_bound(pid: u32, what: &str) {
+    let peak = peak_rss(pid);
+    eprintln!(
+        "{what}: peak RSS {} MiB, bound {} MiB",
+        peak >> 20,
+        bound() >> 20
+    );
+    assert!(
+        peak <= bound(),
+        "{what}: peak RSS {} MiB passed capacity + read budget + 64 MiB = {} MiB",
+        peak >> 20,
+        bound() >> 20
+    );
 }
 
 /// Both protocols answer a well-behaved client.
@@ -49,6 +105,20 @@ fn well_behaved_clients_are_served(node: &Node) {
     });
 }
 
+/// Whether the server answered on `s` or closed it within `within`.
+fn answered_or_closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        // An answer (any bytes) or the end of the connection.
+        Ok(_n) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
 /// Whether the server closed `s` (EOF or reset) within `within`.
 fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     s.set_read_timeout(Some(within)).unwrap();
@@ -73,13 +143,8 @@ fn metric(node: &Node, line_prefix: &str) -> f64 {
 
 #[test]
 fn half_sent_frames_and_idle_connections_are_bounded() {
-    let options = ClusterOptions {
-        memory: "64MiB".into(),
-        extra_toml: "[celeborn.connections]\nidle_timeout = \"2s\"\nframe_timeout = \"3s\"\n"
-            .into(),
-        ..ClusterOptions::default()
-    };
-    let cluster = Cluster::start_with(1, options);
+    let cluster =
+        bounded_node("[celeborn.connections]\nidle_timeout = \"2s\"\nframe_timeout = \"3s\"\n");
     let node = cluster.node(1);
     let pid = node.pid().unwrap();
     well_behaved_clients_are_served(node);
@@ -87,8 +152,9 @@ fn half_sent_frames_and_idle_connections_are_bounded() {
 
     // Four connections each announce a 200 MiB RpcRequest on the push port
     // and send 48 MiB of it. Before the byte pools this cost +197 MB of RSS
-    // with a 64 MiB budget; now one connection at a time (32 MiB of the
-    // pool each) is read.
+    // with a 64 MiB budget, and +155 MiB with the pools outside the number;
+    // now a frame larger than the node's network share (16 MiB of the 64)
+    // is refused at its header.
     const ANNOUNCED: i32 = 200 << 20;
     const SENT: usize = 48 << 20;
     let push: SocketAddr = node.addr(9101);
@@ -120,6 +186,12 @@ fn half_sent_frames_and_idle_connections_are_bounded() {
         }
     }
     let during = rss(pid);
+    eprintln!(
+        "half-sent frames: RSS before {} MiB, during {} MiB, peak {} MiB",
+        before >> 20,
+        during >> 20,
+        peak_rss(pid) >> 20
+    );
     // Meanwhile the node serves others, Celeborn's own ports included.
     well_behaved_clients_are_served(node);
     let grown = during.saturating_sub(before);
@@ -129,15 +201,16 @@ fn half_sent_frames_and_idle_connections_are_bounded() {
         grown >> 20,
         sent
     );
-    // Each stalled frame is cut off after frame_timeout (3 s), one after the
-    // other as each gets room.
+    assert_within_bound(pid, "4 half-sent 200 MiB frames");
+    // Each frame is refused at its header: more than the node's network
+    // share (12 MiB for large frames) could ever hold.
     for (i, s) in hostile.iter_mut().enumerate() {
         assert!(
             closed_within(s, common::PATIENCE),
             "half-sent frame {i} kept its connection"
         );
     }
-    assert!(metric(node, "switchyard_connection_timeouts_total{") >= 1.0);
+    assert!(metric(node, "switchyard_bad_frames_total{") >= 4.0);
 
     // 200 idle connections on the master port are closed after idle_timeout
     // (2 s); before, they were kept for ever.
@@ -157,13 +230,121 @@ fn half_sent_frames_and_idle_connections_are_bounded() {
     well_behaved_clients_are_served(node);
 }
 
+/// An RpcRequest frame of `len` body bytes that open like a Java-serialized
+/// object stream (a chain of class descriptors), the rest filler.
+fn java_serialized_rpc(id: i64, len: usize) -> Vec<u8> {
+    let mut body = vec![0xAC, 0xED, 0x00, 0x05];
+    while body.len() + 16 < len {
+        // TC_OBJECT, TC_CLASSDESC, a name of 8 bytes, ...
+        body.extend_from_slice(&[0x73, 0x72, 0x00, 0x08]);
+        body.extend_from_slice(b"Amplify!");
+        body.extend_from_slice(&[0u8; 4]);
+    }
+    body.resize(len, 0);
+    let mut frame = Vec::with_capacity(len + 21);
+    frame.extend_from_slice(&12i32.to_be_bytes()); // message length
+    frame.push(3); // RpcRequest
+    frame.extend_from_slice(&(len as i32).to_be_bytes()); // body length
+    frame.extend_from_slice(&id.to_be_bytes()); // request id
+    frame.extend_from_slice(&(len as i32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Sixteen clients at once each send a 10 MiB Java-serialized RPC to the
+/// master port and a 40 MiB one to the worker's RPC port (within the 64 MiB
+/// RPC frame limit): the 40 MiB ones are refused at their header (more
+/// than the node's network share), the others are read a few at a time,
+/// and the peak RSS stays within the bound.
+#[test]
+fn huge_java_serialized_rpcs_stay_within_the_number() {
+    let cluster = bounded_node("");
+    let node = cluster.node(1);
+    let pid = node.pid().unwrap();
+    well_behaved_clients_are_served(node);
+    let targets = [
+        (node.celeborn_master(), 10 << 20),
+        (node.addr(9100), 40 << 20),
+    ];
+    let senders: Vec<_> = (0..16)
+        .map(|i| {
+            let (addr, len) = targets[i % 2];
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+                // The server closes a refused frame's connection: a failed
+                // write is part of the probe, not of the test.
+                let _ = s.write_all(&java_serialized_rpc(i as i64, len));
+                answered_or_closed_within(&mut s, common::PATIENCE)
+            })
+        })
+        .collect();
+    for (i, t) in senders.into_iter().enumerate() {
+        assert!(
+            t.join().unwrap(),
+            "RPC connection {i} was never answered or closed"
+        );
+    }
+    assert!(node.is_running(), "{}", node.log_tail(40));
+    well_behaved_clients_are_served(node);
+    assert!(metric(node, "switchyard_bad_frames_total{") >= 8.0);
+    assert_within_bound(pid, "16 huge Java-serialized RPCs");
+}
+
+/// `switchyard-bench overload` at 10x the node's memory number through both
+/// protocols at once (Uniffle over its Netty data plane): every byte is read
+/// back, and the bench fails if the node's peak RSS passes the bound.
+#[test]
+fn overload_at_ten_times_the_number_stays_within_it() {
+    let cluster = bounded_node("");
+    let node = cluster.node(1);
+    let pid = node.pid().unwrap();
+    let (master, coordinator, admin) = (
+        node.celeborn_master().to_string(),
+        node.uniffle_coordinator().to_string(),
+        node.admin().to_string(),
+    );
+    let pid_arg = pid.to_string();
+    let args = [
+        "overload",
+        "--admin",
+        &admin,
+        "--celeborn-master",
+        &master,
+        "--uniffle-coordinator",
+        &coordinator,
+        "--clients",
+        "16",
+        "--times-budget",
+        "10",
+        "--server-pid",
+        &pid_arg,
+    ];
+    if let Err(e) = switchyard_bench::run_args(args) {
+        panic!(
+            "switchyard-bench {args:?} failed: {e}\n{}",
+            node.log_tail(40)
+        );
+    }
+    assert_within_bound(pid, "overload at 10x");
+    assert!(node.is_running(), "{}", node.log_tail(40));
+}
+
 /// A control message of empty repeated elements (two bytes each on the
 /// wire, a few hundred decoded): 32 MiB of ReserveSlots locations would
 /// decode into about 4 GB. It is refused before decoding, with a clear
 /// error, and the node's RSS does not move.
 #[test]
 fn amplifying_control_messages_are_refused_unread() {
-    let cluster = Cluster::start_with(1, ClusterOptions::default());
+    // A number large enough that the message is read (its network share,
+    // 64 MiB, holds it) and refused by the decoder, not at its header.
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            memory: "256MiB".into(),
+            ..ClusterOptions::default()
+        },
+    );
     let node = cluster.node(1);
     let pid = node.pid().unwrap();
     let before = rss(pid);
@@ -205,7 +386,15 @@ fn amplifying_grpc_requests_are_refused_undecoded() {
     use switchyard_uniffle::proto::shuffle_server_client::ShuffleServerClient;
     use switchyard_uniffle::proto::{SendShuffleDataRequest, ShuffleBlock, ShuffleData};
 
-    let cluster = Cluster::start_with(1, ClusterOptions::default());
+    // A number large enough that the message is read (its network share,
+    // 64 MiB, holds it) and refused by the decoder, not at its header.
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            memory: "256MiB".into(),
+            ..ClusterOptions::default()
+        },
+    );
     let node = cluster.node(1);
     let pid = node.pid().unwrap();
     let before = rss(pid);

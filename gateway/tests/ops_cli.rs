@@ -118,6 +118,47 @@ fn check_config_applies_env_overrides_and_redacts_secrets() {
     assert!(!data.exists(), "check-config created the data directory");
 }
 
+/// check-config prints what a container running the node needs: the one
+/// memory number (the store's share and the network's inside it) plus the
+/// read budget, the caches and the process.
+#[test]
+fn check_config_prints_the_container_memory_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.toml");
+    let memory = "[storage.memory]\ncapacity = \"2GiB\"\nread_capacity = \"512MiB\"\nindex_cache = \"32MiB\"\n";
+    std::fs::write(&path, memory).unwrap();
+    let (ok, stdout, stderr) = check(&path, &[]);
+    assert!(ok, "{stderr}");
+    // 2048 + 512 + 32 + 64 MiB; the network share is a quarter of the number.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("# container memory >= "))
+        .unwrap_or_else(|| panic!("no container memory line in:\n{stdout}"));
+    for part in [
+        ">= 2.6 GiB",
+        "memory.capacity 2.0 GiB: store 1.5 GiB + network 512.0 MiB",
+        "read_capacity 512.0 MiB",
+        "index_cache 32.0 MiB",
+        "64.0 MiB process overhead",
+    ] {
+        assert!(line.contains(part), "{part:?} missing in {line}");
+    }
+    assert!(stdout.contains("network = \"512.0 MiB\""), "{stdout}");
+
+    // A network share given in the file, and one that leaves the store nothing.
+    std::fs::write(&path, format!("{memory}network = \"128MiB\"\n")).unwrap();
+    let (ok, stdout, stderr) = check(&path, &[]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("store 1.9 GiB + network 128.0 MiB"),
+        "{stdout}"
+    );
+    std::fs::write(&path, format!("{memory}network = \"2GiB\"\n")).unwrap();
+    let (ok, _, stderr) = check(&path, &[]);
+    assert!(!ok);
+    assert!(stderr.contains("memory.network"), "{stderr}");
+}
+
 #[test]
 fn check_config_names_the_key_of_a_bad_value() {
     let dir = tempfile::tempdir().unwrap();

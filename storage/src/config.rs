@@ -45,8 +45,16 @@ impl Default for StoreConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
-    /// The one budget every protocol's buffered blocks share. Default 1 GiB.
+    /// The node's one memory number: every protocol's buffered blocks, frames
+    /// being read and replies being written share it. Default 1 GiB.
     pub capacity: ByteSize,
+    /// The part of `capacity` kept for bytes on the network (frames being read,
+    /// replies being written, every protocol's); the store's blocks get the
+    /// rest. The `switchyard` binary sets it to a quarter of `capacity` when it
+    /// is not given; unset in an embedded store, network bytes are not charged
+    /// and the store has all of `capacity`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<ByteSize>,
     /// Spill starts when unflushed memory passes this fraction of the capacity.
     pub high_watermark: f64,
     /// Spill picks partitions, largest first, until unflushed memory would fall
@@ -72,6 +80,7 @@ impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
             capacity: ByteSize::gib(1),
+            network: None,
             high_watermark: 0.75,
             low_watermark: 0.25,
             single_buffer_threshold: ByteSize::mib(8),
@@ -483,6 +492,14 @@ impl StoreConfig {
         let m = &self.memory;
         if m.capacity.as_u64() == 0 {
             return Err(invalid("memory.capacity", "be > 0"));
+        }
+        if m.network
+            .is_some_and(|n| n.as_u64() < 1 << 20 || n >= m.capacity)
+        {
+            return Err(invalid(
+                "memory.network",
+                "be at least 1 MiB and less than memory.capacity",
+            ));
         }
         if m.read_capacity.as_u64() < 1024 {
             return Err(invalid("memory.read_capacity", "be at least 1 KiB"));

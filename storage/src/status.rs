@@ -12,6 +12,7 @@ use crate::tiers::budget::MemoryBudget;
 use crate::tiers::cold::ColdStatus;
 use crate::tiers::disk::{DiskHealth, DiskStatus};
 use crate::tiers::Durable;
+use switchyard_memory::{NodeMemory, Part};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StoreStatus {
@@ -28,7 +29,17 @@ pub struct StoreStatus {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MemoryStatus {
+    /// The store's share of the node's number: what its blocks may hold.
     pub capacity: u64,
+    /// `memory.capacity`, the node's one number: the store's share plus the
+    /// network's.
+    pub node_capacity: u64,
+    /// The network's share: frames being read and replies being written.
+    pub network: u64,
+    /// Frame bytes being read and not yet handled, over every protocol.
+    pub in_flight: u64,
+    /// Reply bytes reserved and not yet written, over every protocol.
+    pub replies: u64,
     pub used: u64,
     pub reserved: u64,
     pub flushing: u64,
@@ -76,6 +87,7 @@ pub struct AppStatus {
 pub(crate) struct Sources<'a> {
     pub ready: bool,
     pub budget: &'a MemoryBudget,
+    pub node: &'a NodeMemory,
     pub memory: &'a MemoryConfig,
     pub apps: &'a Apps,
     pub durable: &'a Durable,
@@ -158,6 +170,10 @@ pub(crate) fn store_status(src: Sources<'_>) -> StoreStatus {
         ready: src.ready,
         memory: MemoryStatus {
             capacity: b.capacity(),
+            node_capacity: src.node.capacity(),
+            network: src.node.capacity() - src.node.store_share(),
+            in_flight: src.node.in_use(Part::InFlight),
+            replies: src.node.in_use(Part::Reply),
             used: b.used(),
             reserved: b.reserved(),
             flushing: b.flushing(),
@@ -212,9 +228,23 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
 }
 
 /// Publishes gauges to the `metrics` recorder, if the process installed one.
-pub(crate) fn publish_gauges(budget: &MemoryBudget, durable: &Durable, applications: usize) {
+pub(crate) fn publish_gauges(
+    budget: &MemoryBudget,
+    node: &NodeMemory,
+    durable: &Durable,
+    applications: usize,
+) {
     let b = budget;
     metrics::gauge!("switchyard_memory_capacity_bytes").set(b.capacity() as f64);
+    metrics::gauge!("switchyard_memory_node_capacity_bytes").set(node.capacity() as f64);
+    // The node's number by part: stored blocks, frames being read, replies.
+    for (part, bytes) in [
+        ("stored", b.used()),
+        ("in_flight", node.in_use(Part::InFlight)),
+        ("replies", node.in_use(Part::Reply)),
+    ] {
+        metrics::gauge!("switchyard_memory_budget_bytes", "part" => part).set(bytes as f64);
+    }
     metrics::gauge!("switchyard_memory_used_bytes").set(b.used() as f64);
     metrics::gauge!("switchyard_memory_reserved_bytes").set(b.reserved() as f64);
     metrics::gauge!("switchyard_memory_flushing_bytes").set(b.flushing() as f64);

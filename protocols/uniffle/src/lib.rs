@@ -16,6 +16,7 @@ pub mod bounded;
 pub mod config;
 pub mod coordinator;
 pub mod error;
+pub mod grpc_memory;
 pub mod netty;
 pub mod node;
 pub mod proto;

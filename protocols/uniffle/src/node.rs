@@ -17,6 +17,7 @@ use tonic::transport::Server;
 
 use crate::config::UniffleConfig;
 use crate::coordinator::{CoordinatorService, NodeRegistry, VERSION_TAG};
+use crate::grpc_memory::GrpcMemoryLayer;
 use crate::proto::coordinator_server_server::CoordinatorServerServer;
 use crate::proto::shuffle_server_server::ShuffleServerServer;
 use crate::proto::ShuffleServerId;
@@ -24,6 +25,7 @@ use crate::rpc_timing::RpcTimingLayer;
 use crate::server::grpc::ShuffleServerService;
 use crate::server::netty::NettyPort;
 use crate::server::ShuffleServerCore;
+use switchyard_memory::NodeMemory;
 
 /// Addresses the roles actually bound (ports may have been 0).
 #[derive(Debug, Clone)]
@@ -127,6 +129,7 @@ impl UniffleNode {
         tags.extend(config.tags.iter().cloned());
 
         let nodes = Arc::new(NodeRegistry::new(config.node_timeout));
+        let node_memory = store.node_memory();
         let core = ShuffleServerCore::new(store.clone(), config.clone());
         let draining = core.draining_flag();
         let max = config.max_message_size.as_u64() as usize;
@@ -152,6 +155,7 @@ impl UniffleNode {
                 grpc,
                 core.clone(),
                 max,
+                node_memory.clone(),
                 cancel.clone(),
             ));
         }
@@ -161,7 +165,7 @@ impl UniffleNode {
                 NettyPort::new(core.clone()),
                 config.max_frame_size.as_u64() as usize,
                 config.connections,
-                TransportBudget::new(&config.connections),
+                TransportBudget::new(&config.connections, node_memory),
                 cancel.clone(),
             )));
         }
@@ -311,6 +315,7 @@ fn spawn_shuffle_server(
     listener: TcpListener,
     core: Arc<ShuffleServerCore>,
     max: usize,
+    node_memory: Arc<NodeMemory>,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {
     let service = ShuffleServerServer::new(ShuffleServerService::new(core))
@@ -320,6 +325,8 @@ fn spawn_shuffle_server(
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         if let Err(e) = grpc_server()
             .layer(RpcTimingLayer { port: "grpc" })
+            // Messages are charged to the node's number before tonic reads them.
+            .layer(GrpcMemoryLayer { node: node_memory })
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, cancel.cancelled())
             .await

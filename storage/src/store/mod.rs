@@ -38,6 +38,7 @@ use crate::tiers::memory::MemoryRead;
 use crate::tiers::partition::Partition;
 use crate::tiers::{Durable, Flusher, IoPlacement};
 use crate::view::{Chunk, PartitionView, SelectedView, Selection};
+use switchyard_memory::NodeMemory;
 
 pub use crate::tiers::PartitionIndex;
 
@@ -54,6 +55,9 @@ pub struct PartitionStats {
 pub struct Store {
     config: StoreConfig,
     budget: Arc<MemoryBudget>,
+    /// The node's one memory number, which the store's budget is a share of; the
+    /// frame servers take the network share from it.
+    node: Arc<NodeMemory>,
     apps: Apps,
     durable: Arc<Durable>,
     flusher: Arc<Flusher>,
@@ -109,7 +113,13 @@ impl Store {
             counters.clone(),
         )?);
         let (recovery, loaded) = Recovery::open(&config)?;
-        let budget = Arc::new(MemoryBudget::new(config.memory.capacity.as_u64()));
+        let capacity = config.memory.capacity.as_u64();
+        let node = match config.memory.network {
+            Some(network) => NodeMemory::new(capacity, network.as_u64()),
+            None => NodeMemory::unbounded(capacity),
+        };
+        // The store's blocks get what the network share leaves of the number.
+        let budget = Arc::new(MemoryBudget::new(node.store_share()));
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         let flusher = Arc::new(Flusher::new(
@@ -123,6 +133,7 @@ impl Store {
         ));
         let store = Arc::new(Store {
             budget,
+            node,
             apps: Apps::new(&config.apps),
             durable,
             flusher,
@@ -153,6 +164,12 @@ impl Store {
 
     pub fn budget(&self) -> &MemoryBudget {
         &self.budget
+    }
+
+    /// The node's memory: the one number, of which the store's budget is a share
+    /// and the network's bytes (frames being read, replies) take the rest.
+    pub fn node_memory(&self) -> Arc<NodeMemory> {
+        self.node.clone()
     }
 
     /// True while some tier can take flushes.
@@ -694,6 +711,7 @@ impl Store {
         crate::status::store_status(crate::status::Sources {
             ready: self.is_ready(),
             budget: &self.budget,
+            node: &self.node,
             memory: &self.config.memory,
             apps: &self.apps,
             durable: &self.durable,
@@ -709,7 +727,7 @@ impl Store {
 
     /// Publishes gauges to the `metrics` recorder, if the process installed one.
     pub fn publish_gauges(&self) {
-        crate::status::publish_gauges(&self.budget, &self.durable, self.apps.len());
+        crate::status::publish_gauges(&self.budget, &self.node, &self.durable, self.apps.len());
     }
 
     // ---- shutdown -------------------------------------------------------

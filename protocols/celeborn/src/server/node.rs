@@ -110,6 +110,7 @@ impl CelebornNode {
         };
         let host = advertised_host(&config, master.as_ref().map(|m| m.1), ports.as_ref());
         let addr = worker_addr(host, ports.as_ref());
+        let node_memory = store.node_memory();
         let worker = WorkerState::new(store, config.clone(), addr.clone());
         let fleet: Arc<dyn Fleet> = match fleet {
             Some(make) => make(worker.clone()),
@@ -121,8 +122,9 @@ impl CelebornNode {
             max: config.max_frame_size.as_u64() as usize,
             rpc_max: config.rpc_max_frame_size.as_u64() as usize,
             limits,
-            // One pool of frame and reply bytes for the five ports.
-            budget: TransportBudget::new(&limits),
+            // One pool of frame and reply bytes for the five ports, inside
+            // the node's network share.
+            budget: TransportBudget::new(&limits, node_memory),
             tls,
             cancel: CancellationToken::new(),
         };

@@ -34,6 +34,7 @@ use crate::log_limit::{self, LogLimiter};
 use crate::{
     FieldReader, FrameCodec, FrameMessage, Next, HEADER_LEN, MIN_DIRECT_READ, MIN_SPLIT_FRAME,
 };
+use switchyard_memory::{NetworkBytes, NodeMemory, Part, TooLarge};
 
 /// Replies queued for one connection's socket. A handler that finds the queue full
 /// waits, holding its in-flight slot, so a client that does not read its replies stops
@@ -42,9 +43,6 @@ pub(super) const REPLY_QUEUE: usize = 128;
 
 /// What the reader asks the socket for while it waits for a header.
 const HEADER_READ: usize = 8 << 10;
-
-/// What the reader asks the socket for at a time while it reads a body.
-const BODY_READ: usize = 1 << 20;
 
 /// Frames up to this size take room only in their connection's pool, not the
 /// protocol's: control messages and ordinary pushes are never stuck behind
@@ -56,25 +54,28 @@ const SMALL_FRAME: usize = 64 << 10;
 static BAD_FRAME_LOG: LogLimiter = log_limit::client_caused();
 pub(super) static TIMEOUT_LOG: LogLimiter = log_limit::client_caused();
 
-/// Bytes taken from a connection's pool and its protocol's pool, given back on drop.
+/// Bytes taken from a connection's pool, its protocol's pool and the node's network
+/// share, given back on drop.
 #[derive(Debug)]
 pub struct HeldBytes {
     _connection: OwnedSemaphorePermit,
     _shared: Option<OwnedSemaphorePermit>,
+    _node: NetworkBytes,
 }
 
 /// Reply bytes reserved on a connection ([`Replier::reserve`]), given back once the
 /// reply that carries them is written (or dropped).
 pub type ReplyBytes = HeldBytes;
 
-/// Takes `bytes` from a connection's pool, then (unless None) its protocol's: always
-/// in this order, so two waiters cannot hold one each. A request larger than a pool
-/// takes all of that pool: one frame bigger than the protocol's pool is read only
-/// while nothing else large is, so what the pools let in exceeds their size by at
-/// most one frame (`max_frame_size`). None once `closed` is cancelled.
+/// Takes `bytes` from a connection's pool, then (unless None) its protocol's, then
+/// the node's network share for `part`: always in this order, so two waiters cannot
+/// hold one each. A request larger than the connection's or the protocol's pool
+/// takes all of that pool; the node's share never lets more in than it has (a frame
+/// larger is refused before this, a reply clamped). None once `closed` is cancelled.
 async fn take(
     connection: &Pool,
     shared: Option<&Pool>,
+    node: (&Arc<NodeMemory>, Part),
     bytes: usize,
     closed: &CancellationToken,
 ) -> Option<HeldBytes> {
@@ -96,9 +97,11 @@ async fn take(
             ),
             None => None,
         };
+        let n = node.0.take(node.1, bytes).await.ok()?;
         Some(HeldBytes {
             _connection: c,
             _shared: s,
+            _node: n,
         })
     };
     // Biased: once the connection is closed, no waiter takes room freed by its
@@ -165,7 +168,8 @@ impl<M> Reply<M> {
 pub struct Replier<M> {
     outbox: Arc<Outbox<M>>,
     closed: CancellationToken,
-    pools: Arc<(Pool, Pool)>,
+    /// (this connection's, the protocol's reply pool, the node's memory).
+    pools: Arc<(Pool, Pool, Arc<NodeMemory>)>,
     /// One count per live replier or queued reply: the connection is idle when only
     /// the reader's own is left (no handler, no stream, no reply in flight).
     alive: Arc<()>,
@@ -266,7 +270,18 @@ impl<M> Replier<M> {
     /// handler that reads data for a reply reserves first, so data is read only for
     /// clients that take it.
     pub async fn reserve(&self, bytes: usize) -> Option<ReplyBytes> {
-        take(&self.pools.0, Some(&self.pools.1), bytes, &self.closed).await
+        let (connection, protocol, node) = &*self.pools;
+        // The server sizes its replies (chunks, read buffers), not the client: one
+        // larger than the node's share takes all of it rather than failing.
+        let bytes = bytes.min(node.largest(Part::Reply, bytes) as usize);
+        take(
+            connection,
+            Some(protocol),
+            (node, Part::Reply),
+            bytes,
+            &self.closed,
+        )
+        .await
     }
 
     /// Cancelled when the connection closes (the peer left, a bad frame, a timeout, a
@@ -355,6 +370,7 @@ pub(super) async fn run<M, H>(
         pools: Arc::new((
             Pool::new(limits.max_reply_bytes_per_connection),
             budget.replies.clone(),
+            budget.node.clone(),
         )),
         alive: Arc::new(()),
         session: Arc::default(),
@@ -368,6 +384,7 @@ pub(super) async fn run<M, H>(
         incoming: (
             Pool::new(limits.max_in_flight_bytes_per_connection),
             budget.incoming.clone(),
+            budget.node.clone(),
         ),
         idle_timeout: limits.idle_timeout,
         frame_timeout: limits.frame_timeout,
@@ -448,8 +465,8 @@ struct Reader<M: FrameMessage> {
     read: ReadHalf,
     buf: BytesMut,
     codec: FrameCodec<M>,
-    /// (this connection's, the protocol's) frame-byte pools.
-    incoming: (Pool, Pool),
+    /// (this connection's, the protocol's) frame-byte pools, and the node's memory.
+    incoming: (Pool, Pool, Arc<NodeMemory>),
     idle_timeout: Duration,
     frame_timeout: Duration,
     labels: Labels,
@@ -472,6 +489,8 @@ enum ReadEnd<E> {
         have: usize,
         want: usize,
     },
+    /// A frame that the node's network share could never hold.
+    TooLarge(TooLarge),
 }
 
 impl<E: fmt::Display> ReadEnd<E> {
@@ -505,6 +524,15 @@ impl<E: fmt::Display> ReadEnd<E> {
             }
             ReadEnd::Truncated { have, want } => {
                 tracing::debug!(protocol = labels.protocol, port = labels.port, %peer, have, want, "connection closed in the middle of a frame")
+            }
+            ReadEnd::TooLarge(TooLarge { requested, limit }) => {
+                // Waiting would never end: the frame is more than the node may
+                // hold on the network, whatever else it holds.
+                if let Some(suppressed) = BAD_FRAME_LOG.allow() {
+                    tracing::warn!(protocol = labels.protocol, port = labels.port, %peer, frame = requested, limit, suppressed, "frame larger than the node's network share of storage.memory.capacity; closing the connection");
+                }
+                metrics::counter!("switchyard_bad_frames_total", "protocol" => labels.protocol, "port" => labels.port)
+                    .increment(1);
             }
         }
     }
@@ -559,9 +587,7 @@ impl<M: FrameMessage> Reader<M> {
             .parse_header(&self.buf[..HEADER_LEN])
             .map_err(ReadEnd::Frame)?;
         let frame_len = header.message_len + header.body_len;
-        // Room for the frame before its body is read.
-        let shared = (frame_len > SMALL_FRAME).then_some(&self.incoming.1);
-        let Some(bytes) = take(&self.incoming.0, shared, frame_len, &closed).await else {
+        let Some(bytes) = room_for(&self.incoming, self.labels, frame_len, &closed).await? else {
             return Ok(None);
         };
         // The body's deadline runs from when there is room for it: waiting for room
@@ -607,10 +633,11 @@ impl<M: FrameMessage> Reader<M> {
     /// Buffers the rest of a frame (header included) in `buf`, for the codec.
     async fn read_whole(&mut self, frame: &mut FrameRead) -> Result<Option<()>, ReadEnd<M::Error>> {
         let want = HEADER_LEN + frame.want;
+        // The node's memory holds the whole frame by now: allocate it once (pages
+        // not yet written are not resident) rather than doubling as it arrives,
+        // which would copy it and leave the smaller buffers to the allocator.
+        self.buf.reserve(want.saturating_sub(self.buf.len()));
         while self.buf.len() < want {
-            // Grow with what arrives (BytesMut doubles), not to the announced size
-            // at once: a header alone must not allocate its frame.
-            self.buf.reserve((want - self.buf.len()).min(BODY_READ));
             frame.have = self.buf.len() - HEADER_LEN;
             if self.read_into_buf(frame).await?.is_none() {
                 return Ok(None);
@@ -712,6 +739,36 @@ impl<M: FrameMessage> Reader<M> {
     ) -> Result<Option<usize>, ReadEnd<M::Error>> {
         frame.read(&mut self.read, &mut self.buf).await
     }
+}
+
+/// Room for a frame before its body is read, from `incoming` (a connection's
+/// pool, its protocol's, the node's memory); without it the socket is not read (a
+/// pause, counted). A frame the node's share could never hold ends the connection.
+/// None once the connection is closed.
+async fn room_for<E>(
+    incoming: &(Pool, Pool, Arc<NodeMemory>),
+    labels: Labels,
+    frame_len: usize,
+    closed: &CancellationToken,
+) -> Result<Option<HeldBytes>, ReadEnd<E>> {
+    let (connection, protocol, node) = incoming;
+    node.check(Part::InFlight, frame_len)
+        .map_err(ReadEnd::TooLarge)?;
+    let shared = (frame_len > SMALL_FRAME).then_some(protocol);
+    let taking = take(
+        connection,
+        shared,
+        (node, Part::InFlight),
+        frame_len,
+        closed,
+    );
+    let mut taking = std::pin::pin!(taking);
+    if let std::task::Poll::Ready(bytes) = futures::poll!(taking.as_mut()) {
+        return Ok(bytes);
+    }
+    metrics::counter!("switchyard_read_pauses_total", "protocol" => labels.protocol, "port" => labels.port)
+        .increment(1);
+    Ok(taking.await)
 }
 
 /// A frame being read: its deadline and how much of it has arrived.

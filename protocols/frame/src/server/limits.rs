@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
+use switchyard_memory::NodeMemory;
 use tokio::sync::Semaphore;
 
 /// Limits of a protocol's frame ports, set per protocol (`[uniffle.connections]`,
@@ -148,19 +149,25 @@ pub enum LimitsError {
 }
 
 /// The byte pools shared by every port of one protocol on one node: frame bytes read
-/// and not yet handled, reply bytes reserved and not yet written. One per node and
-/// protocol, never a process-wide static (a test process runs several nodes).
+/// and not yet handled, reply bytes reserved and not yet written; and the node's
+/// network share of its one memory number, which every protocol's bytes take from
+/// too. One per node and protocol, never a process-wide static (a test process runs
+/// several nodes).
 #[derive(Clone, Debug)]
 pub struct TransportBudget {
     pub(super) incoming: Pool,
     pub(super) replies: Pool,
+    pub(super) node: Arc<NodeMemory>,
 }
 
 impl TransportBudget {
-    pub fn new(limits: &ConnectionLimits) -> Self {
+    /// `node` is the node's memory (the store's [`NodeMemory`]), shared with the
+    /// other protocol.
+    pub fn new(limits: &ConnectionLimits, node: Arc<NodeMemory>) -> Self {
         TransportBudget {
             incoming: Pool::new(limits.max_in_flight_bytes),
             replies: Pool::new(limits.max_reply_bytes),
+            node,
         }
     }
 

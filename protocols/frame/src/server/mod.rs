@@ -12,17 +12,22 @@
 //!   reader stops reading the socket until one finishes (backpressure through TCP, not
 //!   a queue in memory). Ordered frames count too; heartbeats are dropped unhandled;
 //! - **bytes in flight**: a frame's length is taken from the connection's pool
-//!   (`max_in_flight_bytes_per_connection`) and the protocol's ([`TransportBudget`],
-//!   `max_in_flight_bytes`) when its header arrives, before the body is read or
-//!   allocated, and given back when its handler returns. Without room the reader waits
-//!   and the socket is not read: under memory pressure (handlers waiting for the
-//!   store) every connection stops reading, as Celeborn pauses receive;
+//!   (`max_in_flight_bytes_per_connection`), the protocol's ([`TransportBudget`],
+//!   `max_in_flight_bytes`) and the node's network share of its one memory number
+//!   (`switchyard_memory::NodeMemory`, shared with the other protocol and the store)
+//!   when its header arrives, before the body is read or allocated, and given back
+//!   when its handler returns. Without room the reader waits and the socket is not
+//!   read (counted in `switchyard_read_pauses_total`): under memory pressure
+//!   (handlers waiting for the store) every connection stops reading, as Celeborn
+//!   pauses receive. A frame larger than the node's share could ever hold is a bad
+//!   frame;
 //! - **split reads**: a large frame whose protocol names a [`crate::Splitter`] for it
 //!   (Uniffle's `sendShuffleData`) is read with each byte array it carries in a buffer
 //!   of its own, mostly straight from the socket, so a block kept in memory owns its
 //!   bytes instead of pinning its frame, and is not copied out of it;
 //! - **reply bytes**: a reply's body takes room in the reply pools
-//!   (`max_reply_bytes_per_connection`, `max_reply_bytes`) until it is written; a
+//!   (`max_reply_bytes_per_connection`, `max_reply_bytes`, the node's share) until it
+//!   is written; a
 //!   handler that reads data for a reply [`Replier::reserve`]s first, so a client that
 //!   does not read its socket stops getting data read for it;
 //! - **timeouts**: a frame whose header arrived must complete within `frame_timeout`
@@ -160,6 +165,8 @@ pub async fn serve_tls<M, H>(
             .increment(0);
     }
     metrics::counter!("switchyard_accept_errors_total", "protocol" => labels.protocol, "port" => labels.port)
+        .increment(0);
+    metrics::counter!("switchyard_read_pauses_total", "protocol" => labels.protocol, "port" => labels.port)
         .increment(0);
     loop {
         let (stream, peer) = tokio::select! {

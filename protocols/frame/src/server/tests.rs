@@ -17,7 +17,8 @@ use tokio_util::codec::{Encoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::{serve, ConnectionLimits, Handler, Replier, TransportBudget};
-use crate::{FieldReader, FrameCodec, FrameMessage, WireError};
+use crate::{FieldReader, FrameCodec, FrameMessage, WireError, HEADER_LEN};
+use switchyard_memory::{NodeMemory, Part};
 
 #[path = "../../tests/support/eventually.rs"]
 mod wait;
@@ -343,11 +344,16 @@ async fn start(max_connections: usize, max_in_flight: usize) -> Server {
 }
 
 async fn start_with(limits: ConnectionLimits) -> Server {
+    start_on(limits, NodeMemory::new(8 << 30, 4 << 30)).await
+}
+
+/// A server whose bytes also take from `node`, which other servers may share.
+async fn start_on(limits: ConnectionLimits, node: Arc<NodeMemory>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let handler = Arc::new(TestHandler::new());
     let cancel = CancellationToken::new();
-    let budget = TransportBudget::new(&limits);
+    let budget = TransportBudget::new(&limits, node);
     tokio::spawn(serve(
         listener,
         handler.clone(),
@@ -627,6 +633,70 @@ async fn a_half_sent_frame_takes_its_room_before_its_body_and_times_out() {
     assert_eq!(other.reply().await, Some(1));
     eventually("the pool is empty again", || {
         server.budget.incoming_in_use() == 0
+    })
+    .await;
+}
+
+/// A request padded to `len` bytes of fields.
+fn padded_request(id: u32, len: usize) -> BytesMut {
+    let mut frame = encoded(&[request(id, Op::Fast, 0, 0)]);
+    let pad = len - (frame.len() - HEADER_LEN);
+    let announced = i32::from_be_bytes(frame[0..4].try_into().unwrap()) + pad as i32;
+    frame[0..4].copy_from_slice(&announced.to_be_bytes());
+    frame.extend_from_slice(&vec![0u8; pad]);
+    frame
+}
+
+#[tokio::test]
+async fn two_protocols_share_the_nodes_network_memory() {
+    // 4 MiB of network share: large frames may hold 3 MiB of it.
+    let node = NodeMemory::new(16 << 20, 4 << 20);
+    let limits = ConnectionLimits {
+        frame_timeout: Duration::from_secs(3),
+        ..ConnectionLimits::default()
+    };
+    let one = start_on(limits, node.clone()).await;
+    let other = start_on(limits, node.clone()).await;
+    // A frame the share could never hold (3.5 MiB, within the port's 4 MiB
+    // frame limit) is refused at its header.
+    let mut huge = Client::connect(one.addr).await;
+    let mut head = BytesMut::new();
+    head.put_i32(7 << 19);
+    head.put_u8(REQUEST);
+    head.put_i32(0);
+    huge.write.write_all(&head).await.unwrap();
+    assert!(
+        huge.closed().await,
+        "a frame larger than the share was waited for"
+    );
+    // A half-sent 3 MiB frame on one server holds the share...
+    let mut slow = Client::connect(one.addr).await;
+    let half = padded_request(7, 3 << 20);
+    slow.write.write_all(&half[..1 << 20]).await.unwrap();
+    eventually("the half-sent frame holds the share", || {
+        node.in_use(Part::InFlight) == 3 << 20
+    })
+    .await;
+    // ...so the other server's large frame is not read meanwhile...
+    let mut waiting = Client::connect(other.addr).await;
+    waiting
+        .write
+        .write_all(&padded_request(1, 1 << 20))
+        .await
+        .unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(300), waiting.replies.next()).await;
+    assert!(
+        early.is_err(),
+        "a large frame was read past the node's share"
+    );
+    // ...while its small frames are.
+    let mut small = Client::connect(other.addr).await;
+    assert!(small.served(2).await, "a small frame waited for the share");
+    // Once the stalled frame times out its room goes to the other server.
+    assert!(slow.closed().await);
+    assert_eq!(waiting.reply().await, Some(1));
+    eventually("the share is empty again", || {
+        node.in_use(Part::InFlight) == 0
     })
     .await;
 }
