@@ -232,8 +232,9 @@ pub async fn run(args: ScaleBenchArgs) -> anyhow::Result<()> {
         let new: Vec<HeldApp> = (held.len()..level / per_app)
             .map(|i| app(i, &args))
             .collect();
-        load_apps(&ep, &new, args.concurrency).await?;
+        // Heartbeats from the start: loading a level takes longer than a lease.
         heartbeats.apps.lock().extend(new.iter().cloned());
+        load_apps(&ep, &new, args.concurrency).await?;
         held.extend(new);
         let load_s = started.elapsed().as_secs_f64();
         let l = measure(&server, &ep, &held, &probes, &args, level, load_s).await?;
