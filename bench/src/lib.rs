@@ -1,6 +1,6 @@
 //! `switchyard-bench`: benchmarks that print figures and a ratio against a
 //! baseline measured in the same run. They drive a server through the test
-//! clients of `switchyard-clients` (uniffle, celeborn, flink, overload) or
+//! clients of `switchyard-clients` (uniffle, celeborn, flink, overload, scale) or
 //! the store in process (storage, cold, restart, memory-wait); the
 //! `switchyard` server binary links none of it.
 //!
@@ -21,6 +21,7 @@ pub mod memory_wait;
 pub mod overload;
 pub mod report;
 pub mod restart;
+pub mod scale;
 pub mod storage;
 pub mod uniffle;
 
@@ -58,6 +59,10 @@ pub enum Command {
     /// Restart recovery: commit N partitions, kill -9, time to ready and
     /// manifest bytes per partition; the write path with recovery on and off.
     Restart(restart::RestartBenchArgs),
+    /// A node at production scale: A apps x S shuffles x P partitions through
+    /// both protocols held at once; RSS per partition, push/read latency,
+    /// idle CPU, kill -9 and restart, unregister and expiry.
+    Scale(scale::ScaleBenchArgs),
 }
 
 /// Why a bench run did not complete.
@@ -87,6 +92,7 @@ pub fn run(command: Command) -> Result<(), BenchError> {
             Command::Flink(args) => flink::run(args).await,
             Command::MemoryWait(args) => memory_wait::run(args).await,
             Command::Overload(args) => overload::run(args).await,
+            Command::Scale(args) => scale::run(args).await,
         }
     })?;
     Ok(())

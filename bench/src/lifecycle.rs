@@ -72,9 +72,19 @@ pub async fn request_slots(
     app: &str,
     request: &SlotRequest,
 ) -> anyhow::Result<PbRequestSlotsResponse> {
+    request_shuffle_slots(master, app, 0, request).await
+}
+
+/// RequestSlots for one shuffle of `app`.
+pub async fn request_shuffle_slots(
+    master: &Connection,
+    app: &str,
+    shuffle: i32,
+    request: &SlotRequest,
+) -> anyhow::Result<PbRequestSlotsResponse> {
     let ask = PbRequestSlots {
         application_id: app.to_string(),
-        shuffle_id: 0,
+        shuffle_id: shuffle,
         partition_id_list: request.partitions.clone(),
         should_replicate: request.replicate,
         should_rack_aware: request.rack_aware,
@@ -83,7 +93,7 @@ pub async fn request_slots(
         max_workers: 10_000,
         user_identifier: bench_user(),
         hostname: "127.0.0.1".into(),
-        request_id: format!("{app}#1"),
+        request_id: format!("{app}#{}", shuffle + 1),
         ..Default::default()
     };
     let r = master
@@ -105,6 +115,16 @@ pub async fn reserve_slots<'a>(
     slots: &'a PbRequestSlotsResponse,
     request: &SlotRequest,
 ) -> anyhow::Result<Vec<(&'a String, &'a PbWorkerResource)>> {
+    reserve_shuffle_slots(app, 0, slots, request).await
+}
+
+/// As [`reserve_slots`], for one shuffle of `app`.
+pub async fn reserve_shuffle_slots<'a>(
+    app: &str,
+    shuffle: i32,
+    slots: &'a PbRequestSlotsResponse,
+    request: &SlotRequest,
+) -> anyhow::Result<Vec<(&'a String, &'a PbWorkerResource)>> {
     let mut reserved_on = Vec::new();
     for (worker, res) in &slots.worker_resource {
         if res.primary_partitions.is_empty() && res.replica_partitions.is_empty() {
@@ -117,7 +137,7 @@ pub async fn reserve_slots<'a>(
         );
         let reserve = PbReserveSlots {
             application_id: app.to_string(),
-            shuffle_id: 0,
+            shuffle_id: shuffle,
             primary_locations: res.primary_partitions.clone(),
             replica_locations: res.replica_partitions.clone(),
             split_threshold: 1 << 40,

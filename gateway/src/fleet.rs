@@ -16,7 +16,7 @@ use switchyard_cluster::proto::{
 };
 use switchyard_cluster::{AppBook, Directory, LocalWorker, WorkerListener, PROTOCOL_VERSION};
 use switchyard_ident::FrontEnd;
-use switchyard_storage::{DiskHealth, Store};
+use switchyard_storage::Store;
 use switchyard_uniffle::coordinator::NodeRegistry;
 use switchyard_uniffle::proto::ShuffleServerId;
 use switchyard_uniffle::UniffleAddrs;
@@ -202,22 +202,13 @@ pub struct NodeWorker {
 
 impl LocalWorker for NodeWorker {
     fn report(&self) -> WorkerHeartbeat {
-        let status = self.store.status();
-        let partitions = status
+        // Counters only: a full status walks every partition, once per
+        // coordinator per interval.
+        let load = self.store.node_load();
+        let celeborn_apps = load
             .applications
             .iter()
-            .map(|a| a.partitions as u64)
-            .sum();
-        let disk_free = status
-            .disks
-            .iter()
-            .filter(|d| d.health == DiskHealth::Healthy)
-            .map(|d| d.available_bytes)
-            .sum();
-        let celeborn_apps = status
-            .applications
-            .iter()
-            .filter_map(|a| FrontEnd::Celeborn.own_id(&a.id).map(str::to_string))
+            .filter_map(|a| FrontEnd::Celeborn.own_id(a).map(str::to_string))
             .collect();
         WorkerHeartbeat {
             protocol_version: PROTOCOL_VERSION,
@@ -246,11 +237,11 @@ impl LocalWorker for NodeWorker {
                 }
             }),
             load: Some(Load {
-                memory_capacity: status.memory.capacity,
-                memory_used: status.memory.used,
-                disk_free,
-                partitions,
-                healthy: status.ready,
+                memory_capacity: load.memory_capacity,
+                memory_used: load.memory_used,
+                disk_free: load.disk_free,
+                partitions: load.partitions,
+                healthy: load.ready,
             }),
             celeborn_apps,
             admin: self.admin.clone(),

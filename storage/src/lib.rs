@@ -47,7 +47,7 @@ pub use memory::MemoryRead;
 pub use persist::manifest::RecoveredNote;
 pub use persist::recovery::RecoveryStatus;
 pub use secret::Secret;
-pub use status::{ShuffleStatus, StoreStatus, TierBytes};
+pub use status::{NodeLoad, ShuffleStatus, StoreStatus, TierBytes};
 pub use store::{PartitionIndex, PartitionStats, Store};
 pub use tiers::cold::{cold_operator, ColdStatus};
 pub use tiers::disk::{DiskHealth, DiskStatus};

@@ -83,6 +83,44 @@ pub struct AppStatus {
     pub idle_ms: u64,
 }
 
+/// What a node's heartbeat to its coordinators reports, read from counters
+/// only: unlike [`StoreStatus`] it walks no partition, so a heartbeat costs
+/// the same with a million partitions held as with none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeLoad {
+    pub ready: bool,
+    pub memory_capacity: u64,
+    pub memory_used: u64,
+    /// Bytes available on the healthy disks.
+    pub disk_free: u64,
+    /// Partitions held (every application's partition count).
+    pub partitions: u64,
+    /// The live applications' ids (unordered).
+    pub applications: Vec<String>,
+}
+
+pub(crate) fn node_load(
+    ready: bool,
+    budget: &MemoryBudget,
+    durable: &Durable,
+    apps: &Apps,
+) -> NodeLoad {
+    NodeLoad {
+        ready,
+        memory_capacity: budget.capacity(),
+        memory_used: budget.used(),
+        disk_free: durable
+            .disks()
+            .iter()
+            .map(|d| d.status())
+            .filter(|d| d.health == DiskHealth::Healthy)
+            .map(|d| d.available_bytes)
+            .sum(),
+        partitions: apps.partition_count(),
+        applications: apps.ids(),
+    }
+}
+
 /// What the store's status is read from: each part, through its methods.
 pub(crate) struct Sources<'a> {
     pub ready: bool,

@@ -502,3 +502,46 @@ async fn a_small_slice_of_a_big_frame_is_charged_for_what_it_keeps() {
         frame.len() as u64 + 2 * BLOCK_OVERHEAD
     );
 }
+
+/// The heartbeat's partition count comes from counters; it must agree with
+/// a full walk through creations, a shuffle's removal, an application's
+/// removal and a restart.
+#[tokio::test]
+async fn node_load_counts_what_a_full_walk_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let walked = |store: &Store| -> u64 {
+        let s = store.status();
+        s.applications.iter().map(|a| a.partitions as u64).sum()
+    };
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    for app in ["a", "b"] {
+        store.register_app(app);
+        for shuffle in 0..3 {
+            for p in 0..5 {
+                let key = PartitionKey::new(app, shuffle, p);
+                store
+                    .append(&key, vec![block(p as i64, 0, 10)], None)
+                    .await
+                    .unwrap();
+            }
+            store
+                .commit_partitions(app, shuffle, &[0, 1, 2, 3, 4], vec![])
+                .await
+                .unwrap();
+        }
+    }
+    let load = store.node_load();
+    assert_eq!((load.partitions, walked(&store)), (30, 30));
+    let mut apps = load.applications.clone();
+    apps.sort();
+    assert_eq!(apps, ["a", "b"]);
+    store.remove_shuffle("a", 1).await.unwrap();
+    assert_eq!((store.node_load().partitions, walked(&store)), (25, 25));
+    store.remove_app("b").await.unwrap();
+    assert_eq!((store.node_load().partitions, walked(&store)), (10, 10));
+    store.shutdown().await;
+    drop(store);
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    assert_eq!((store.node_load().partitions, walked(&store)), (10, 10));
+    assert!(store.node_load().ready && store.node_load().disk_free > 0);
+}

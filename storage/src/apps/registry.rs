@@ -111,6 +111,12 @@ impl Apps {
         self.apps.len()
     }
 
+    /// Partitions held by every live application, from their tallies: one
+    /// read per application, whatever the partitions number.
+    pub(crate) fn partition_count(&self) -> u64 {
+        self.apps.iter().map(|a| a.tally.partitions()).sum()
+    }
+
     /// Every live application (unordered).
     pub(crate) fn all(&self) -> Vec<Arc<App>> {
         self.apps.iter().map(|a| a.clone()).collect()

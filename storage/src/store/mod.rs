@@ -720,6 +720,11 @@ impl Store {
         })
     }
 
+    /// What a heartbeat reports (cheap: counters, no walk of partitions).
+    pub fn node_load(&self) -> crate::status::NodeLoad {
+        crate::status::node_load(self.is_ready(), &self.budget, &self.durable, &self.apps)
+    }
+
     /// Bytes held per tier, summed over tier counters (cheap: no walk).
     pub fn tier_bytes(&self) -> TierBytes {
         crate::status::tier_bytes(&self.budget, &self.durable)
