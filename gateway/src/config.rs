@@ -238,11 +238,13 @@ impl GatewayConfig {
     }
 
     /// `storage.memory.network`, when not given: a quarter of the node's
-    /// number, so frames and replies of every protocol are inside it.
+    /// number, so frames and replies of every protocol are inside it (at
+    /// least the 1 MiB a frame port needs, so a small node still loads).
     fn apply_network_share(&mut self) {
         let m = &mut self.storage.memory;
         if m.network.is_none() {
-            m.network = Some(bytesize::ByteSize::b(m.capacity.as_u64() / 4));
+            let quarter = m.capacity.as_u64() / 4;
+            m.network = Some(bytesize::ByteSize::b(quarter.max(1 << 20)));
         }
     }
 
@@ -629,6 +631,14 @@ mod tests {
         format!("{a:#?}") == format!("{b:#?}")
     }
 
+    /// The defaults as loading leaves them: the network share, derived
+    /// from the capacity when the file does not give it, filled in.
+    fn loaded_defaults() -> GatewayConfig {
+        let mut d = GatewayConfig::default();
+        d.storage.memory.network = Some(ByteSize::mib(256));
+        d
+    }
+
     #[test]
     fn defaults() {
         let c = GatewayConfig::load_with_env(None, no_env).unwrap();
@@ -638,7 +648,7 @@ mod tests {
         assert_eq!(c.storage.memory.capacity, ByteSize::gib(1));
         assert_eq!(c.storage.disks.dirs, vec![PathBuf::from("data/switchyard")]);
         assert!(c.storage.cold.is_none());
-        assert!(same(&c, &GatewayConfig::default()));
+        assert!(same(&c, &loaded_defaults()));
     }
 
     #[test]
@@ -857,7 +867,7 @@ mod tests {
             (ENV_LOG, ""),
         ]);
         let c = GatewayConfig::load_with_env(None, env).unwrap();
-        assert!(same(&c, &GatewayConfig::default()));
+        assert!(same(&c, &loaded_defaults()));
     }
 
     #[test]

@@ -118,15 +118,21 @@ fn serve_with_defaults_then_sigterm() {
         .iter()
         .all(|name| body.contains(name));
         if complete {
-            let capacity = body
-                .lines()
-                .find(|l| l.starts_with("switchyard_memory_capacity_bytes"))
-                .and_then(|l| l.split_whitespace().last())
-                .and_then(|v| v.parse::<f64>().ok());
+            let gauge = |name: &str| {
+                body.lines()
+                    .find(|l| l.starts_with(name))
+                    .and_then(|l| l.split_whitespace().last())
+                    .and_then(|v| v.parse::<f64>().ok())
+            };
             assert_eq!(
-                capacity,
+                gauge("switchyard_memory_node_capacity_bytes"),
                 Some((1u64 << 30) as f64),
-                "default capacity is 1 GiB"
+                "the node's default memory number is 1 GiB"
+            );
+            assert_eq!(
+                gauge("switchyard_memory_capacity_bytes"),
+                Some((768u64 << 20) as f64),
+                "the store keeps 3/4 of it by default (the network share is the rest)"
             );
             break;
         }
