@@ -164,7 +164,7 @@ fn check(args: &ScaleBenchArgs) -> anyhow::Result<usize> {
 }
 
 fn app(i: usize, args: &ScaleBenchArgs) -> HeldApp {
-    let protocol = if i % 2 == 0 {
+    let protocol = if i.is_multiple_of(2) {
         Protocol::Uniffle
     } else {
         Protocol::Celeborn
