@@ -35,24 +35,8 @@ fn uniffle_app(node: &Node, app: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_clients::uniffle::{
-            ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport,
-        };
-        let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
-            .await
-            .unwrap();
-        coordinator
-            .register_application_info(app, "alice", Some("0.10.0"))
-            .await
-            .unwrap();
-        let assigned = coordinator
-            .assignments(app, 0, 4, Transport::Grpc)
-            .await
-            .unwrap();
-        let mut server = ShuffleServer::connect(&assigned[0].server[0], Transport::Grpc)
-            .await
-            .unwrap();
-        server.register_shuffle(app, 0, &[(0, 3)]).await.unwrap();
+        use switchyard_clients::uniffle::{ClientBlock, ReadOptions};
+        let mut server = common::uniffle::shuffle_of_four(node, app, Some("0.10.0")).await;
         let mut ids = std::collections::HashMap::new();
         for p in 0..4 {
             let id = (p as i64) << 22;

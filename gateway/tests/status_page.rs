@@ -191,18 +191,8 @@ fn live_uniffle_app(node: &Node, app: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        use switchyard_clients::uniffle::{ClientBlock, Coordinator, ShuffleServer, Transport};
-        let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
-            .await
-            .unwrap();
-        let assigned = coordinator
-            .assignments(app, 0, 4, Transport::Grpc)
-            .await
-            .unwrap();
-        let mut server = ShuffleServer::connect(&assigned[0].server[0], Transport::Grpc)
-            .await
-            .unwrap();
-        server.register_shuffle(app, 0, &[(0, 3)]).await.unwrap();
+        use switchyard_clients::uniffle::ClientBlock;
+        let mut server = common::uniffle::shuffle_of_four(node, app, None).await;
         for p in 0..4 {
             let data = bytes::Bytes::from(vec![p as u8; 64 << 10]);
             let block = ClientBlock::new((p as i64) << 22, 0, data);

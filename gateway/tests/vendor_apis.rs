@@ -137,22 +137,8 @@ fn request_with(addr: SocketAddr, path: &str, body: &str, header: &str) -> (u16,
 /// A live Uniffle application with one shuffle of 4 partitions, 64 KiB in
 /// partition 0; its client says it is 0.10.0.
 async fn uniffle_app(node: &Node, app: &str) {
-    use switchyard_clients::uniffle::{ClientBlock, Coordinator, ShuffleServer, Transport};
-    let mut coordinator = Coordinator::connect(&node.uniffle_coordinator().to_string())
-        .await
-        .unwrap();
-    coordinator
-        .register_application_info(app, "alice", Some("0.10.0"))
-        .await
-        .unwrap();
-    let assigned = coordinator
-        .assignments(app, 0, 4, Transport::Grpc)
-        .await
-        .unwrap();
-    let mut server = ShuffleServer::connect(&assigned[0].server[0], Transport::Grpc)
-        .await
-        .unwrap();
-    server.register_shuffle(app, 0, &[(0, 3)]).await.unwrap();
+    use switchyard_clients::uniffle::ClientBlock;
+    let mut server = common::uniffle::shuffle_of_four(node, app, Some("0.10.0")).await;
     let block = ClientBlock::new(1, 0, bytes::Bytes::from(vec![7u8; 64 << 10]));
     server.send(app, 0, vec![(0, vec![block])]).await.unwrap();
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod uniffle;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
