@@ -263,10 +263,11 @@ impl GatewayConfig {
             + m.read_capacity.as_u64()
             + m.index_cache.as_u64()
             + cold_cache
+            + self.storage.recovery.cache_size.as_u64()
             + PROCESS_OVERHEAD;
         let b = bytesize::ByteSize::b;
         format!(
-            "container memory >= {} (memory.capacity {}: store {} + network {}; + read_capacity {} + index_cache {} + cold read_cache {} + {} process overhead)",
+            "container memory >= {} (memory.capacity {}: store {} + network {}; + read_capacity {} + index_cache {} + cold read_cache {} + recovery.cache_size {} + {} process overhead)",
             b(total),
             m.capacity,
             b(m.capacity.as_u64() - network),
@@ -274,6 +275,7 @@ impl GatewayConfig {
             m.read_capacity,
             m.index_cache,
             b(cold_cache),
+            self.storage.recovery.cache_size,
             b(PROCESS_OVERHEAD),
         )
     }

@@ -438,6 +438,12 @@ pub struct RecoveryConfig {
     /// start is touched. Default 30 s.
     #[serde(with = "humantime_serde")]
     pub orphan_grace: Duration,
+    /// Memory the manifest's reader and writer keep of its pages. redb's own
+    /// default, 1 GiB, would let a manifest of a million partitions (some
+    /// 300 MB) sit whole in the process after a start or a busy hour: the
+    /// manifest is read once at start and written at commits, so a small
+    /// cache costs little. Default 32 MiB, at least 1 MiB.
+    pub cache_size: ByteSize,
 }
 
 impl Default for RecoveryConfig {
@@ -446,6 +452,7 @@ impl Default for RecoveryConfig {
             enabled: true,
             path: None,
             orphan_grace: Duration::from_secs(30),
+            cache_size: ByteSize::mib(32),
         }
     }
 }

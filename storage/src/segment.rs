@@ -9,20 +9,50 @@
 //! A segment's `len` and `records` only grow after both its data and index
 //! writes succeeded, so readers never see an index record without its data.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Where a segment's two files (or objects) are: `<stem>.data` and
+/// `<stem>.index`. One stem, not two paths: at a million partitions held,
+/// the second path was 100 MB.
 #[derive(Debug, Clone)]
 pub(crate) enum SegmentLocation {
-    Disk {
-        disk: usize,
-        data: PathBuf,
-        index: PathBuf,
-    },
-    Cold {
-        data: String,
-        index: String,
-    },
+    Disk { disk: usize, stem: Box<Path> },
+    Cold { stem: Box<str> },
+}
+
+impl SegmentLocation {
+    /// A disk segment whose files are `data` and `index`; None unless they
+    /// share a stem (as every segment this store names does).
+    pub(crate) fn disk_files(disk: usize, data: &Path, index: &Path) -> Option<Self> {
+        let stem = data.to_str()?.strip_suffix(".data")?;
+        (index.to_str()? == format!("{stem}.index")).then(|| SegmentLocation::Disk {
+            disk,
+            stem: Path::new(stem).into(),
+        })
+    }
+
+    /// A cold segment whose objects are `data` and `index`; None unless they
+    /// share a stem.
+    pub(crate) fn cold_objects(data: &str, index: &str) -> Option<Self> {
+        let stem = data.strip_suffix(".data")?;
+        (index == format!("{stem}.index")).then(|| SegmentLocation::Cold { stem: stem.into() })
+    }
+}
+
+/// A disk segment's data and index files.
+pub(crate) fn disk_files(stem: &Path) -> (PathBuf, PathBuf) {
+    let with = |ext: &str| {
+        let mut p = stem.as_os_str().to_owned();
+        p.push(ext);
+        PathBuf::from(p)
+    };
+    (with(".data"), with(".index"))
+}
+
+/// A cold segment's data and index objects.
+pub(crate) fn cold_objects(stem: &str) -> (String, String) {
+    (format!("{stem}.data"), format!("{stem}.index"))
 }
 
 #[derive(Debug)]

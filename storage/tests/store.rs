@@ -509,9 +509,33 @@ async fn a_small_slice_of_a_big_frame_is_charged_for_what_it_keeps() {
 #[tokio::test]
 async fn node_load_counts_what_a_full_walk_counts() {
     let dir = tempfile::tempdir().unwrap();
+    // The counters (node load, and each application's partitions and tier
+    // bytes in the status) against a walk of every partition (per-shuffle
+    // status), which must agree.
     let walked = |store: &Store| -> u64 {
         let s = store.status();
-        s.applications.iter().map(|a| a.partitions as u64).sum()
+        let mut partitions = 0;
+        for a in &s.applications {
+            let shuffles = store.shuffle_status(&a.id).unwrap_or_default();
+            let walk = |f: fn(&switchyard_storage::ShuffleStatus) -> u64| -> u64 {
+                shuffles.iter().map(f).sum()
+            };
+            let by_walk = (
+                walk(|s| s.partitions as u64),
+                walk(|s| s.bytes.memory),
+                walk(|s| s.bytes.disk),
+                walk(|s| s.bytes.cold),
+            );
+            let counted = (
+                a.partitions as u64,
+                a.bytes.memory,
+                a.bytes.disk,
+                a.bytes.cold,
+            );
+            assert_eq!(counted, by_walk, "application {}", a.id);
+            partitions += by_walk.0;
+        }
+        partitions
     };
     let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
     for app in ["a", "b"] {
@@ -530,8 +554,16 @@ async fn node_load_counts_what_a_full_walk_counts() {
                 .unwrap();
         }
     }
+    // One more partition, in memory only.
+    let staged = PartitionKey::new("a", 9, 0);
+    store
+        .append(&staged, vec![block(0, 0, 7)], None)
+        .await
+        .unwrap();
+    assert_eq!(store.status().applications[0].bytes.memory, 7);
     let load = store.node_load();
-    assert_eq!((load.partitions, walked(&store)), (30, 30));
+    assert_eq!((load.partitions, walked(&store)), (31, 31));
+    store.remove_shuffle("a", 9).await.unwrap();
     let mut apps = load.applications.clone();
     apps.sort();
     assert_eq!(apps, ["a", "b"]);

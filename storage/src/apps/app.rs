@@ -84,6 +84,10 @@ impl App {
     }
 
     /// Its shuffles with their partitions, by id (unordered).
+    pub(crate) fn shuffle_count(&self) -> usize {
+        self.shuffles.len()
+    }
+
     pub(crate) fn shuffles(&self) -> Vec<(i32, Vec<Arc<Partition>>)> {
         self.shuffles.iter().map(|s| (*s.key(), s.all())).collect()
     }

@@ -270,7 +270,13 @@ impl Apps {
             return;
         };
         let bytes: u64 = partitions.iter().map(|p| p.received_bytes()).sum();
-        first.tally().release(bytes, partitions.len() as u64);
+        let persisted = partitions
+            .iter()
+            .map(|p| p.persisted_bytes())
+            .fold((0, 0), |(d, c), (pd, pc)| (d + pd, c + pc));
+        first
+            .tally()
+            .release(bytes, partitions.len() as u64, persisted);
     }
 
     // ---- partitions -----------------------------------------------------

@@ -231,15 +231,23 @@ impl Drop for Manifest {
 
 impl Manifest {
     /// Opens (or creates) the manifest at `path` and starts its writer
-    /// thread; [`Manifest::apply`] waits at most `timeout` for a write.
-    pub(crate) fn open(path: &Path, timeout: std::time::Duration) -> Result<Manifest> {
+    /// thread; [`Manifest::apply`] waits at most `timeout` for a write, and
+    /// redb caches at most `cache_bytes` of its pages.
+    pub(crate) fn open(
+        path: &Path,
+        timeout: std::time::Duration,
+        cache_bytes: usize,
+    ) -> Result<Manifest> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| ManifestError::Io {
                 path: parent.display().to_string(),
                 source,
             })?;
         }
-        let db = Database::create(path).map_err(|e| manifest_error(path, e))?;
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|e| manifest_error(path, e))?;
         let txn = db.begin_write().map_err(|e| manifest_error(path, e))?;
         {
             let mut info = txn.open_table(INFO).map_err(|e| manifest_error(path, e))?;
@@ -588,6 +596,7 @@ mod tests {
     use super::*;
 
     const T: std::time::Duration = std::time::Duration::from_secs(10);
+    const TEST_CACHE: usize = 4 << 20;
 
     fn entry(len: u64) -> PartitionEntry {
         PartitionEntry {
@@ -632,7 +641,7 @@ mod tests {
             user: None,
         };
         {
-            let m = Manifest::open(&path, T).unwrap();
+            let m = Manifest::open(&path, T, TEST_CACHE).unwrap();
             let mut changes = vec![
                 Change::PutApp("a".into(), app.clone()),
                 Change::PutApp("ab".into(), app.clone()),
@@ -654,7 +663,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let m = Manifest::open(&path, T).unwrap();
+        let m = Manifest::open(&path, T, TEST_CACHE).unwrap();
         let loaded = m.load().unwrap();
         assert_eq!(loaded.apps.len(), 2);
         let mut keys: Vec<String> = loaded
@@ -685,7 +694,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_commits_share_transactions() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Arc::new(Manifest::open(&dir.path().join("manifest.redb"), T).unwrap());
+        let m = Arc::new(Manifest::open(&dir.path().join("manifest.redb"), T, TEST_CACHE).unwrap());
         let mut tasks = Vec::new();
         for p in 0..200 {
             let m = m.clone();
@@ -716,7 +725,7 @@ mod tests {
                 .unwrap();
             txn.commit().unwrap();
         }
-        let err = Manifest::open(&path, T).err().expect("refused");
+        let err = Manifest::open(&path, T, TEST_CACHE).err().expect("refused");
         assert!(err.to_string().contains("format"), "{err}");
     }
 
@@ -724,7 +733,7 @@ mod tests {
     async fn a_stuck_write_costs_a_commit_the_timeout_and_lands_later() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("manifest.redb");
-        let m = Manifest::open(&path, std::time::Duration::from_millis(300)).unwrap();
+        let m = Manifest::open(&path, std::time::Duration::from_millis(300), TEST_CACHE).unwrap();
         // A write transaction held elsewhere stalls the writer as a hung
         // disk would (redb has one writer at a time).
         let blocker = m.db.begin_write().unwrap();

@@ -32,7 +32,7 @@ use crate::block::INDEX_RECORD_LEN;
 use crate::config::StoreConfig;
 use crate::error::{Result, StorageError};
 use crate::id::AppId;
-use crate::segment::{Segment, SegmentLocation};
+use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
 use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
 
@@ -320,19 +320,20 @@ impl Recovery {
 fn segment_entry(s: &Segment, durable: &Durable) -> SegmentEntry {
     let extent = s.extent();
     let at = match &s.location {
-        SegmentLocation::Disk { disk, data, index } => {
+        SegmentLocation::Disk { disk, stem } => {
             let dir = durable.disk_dir(*disk);
-            let rel = |p: &PathBuf| p.strip_prefix(dir).unwrap_or(p).to_path_buf();
+            let (data, index) = disk_files(stem);
+            let rel = |p: PathBuf| p.strip_prefix(dir).map(Path::to_path_buf).unwrap_or(p);
             Place::Disk {
                 dir: dir.to_path_buf(),
                 data: rel(data),
                 index: rel(index),
             }
         }
-        SegmentLocation::Cold { data, index } => Place::Cold {
-            data: data.clone(),
-            index: index.clone(),
-        },
+        SegmentLocation::Cold { stem } => {
+            let (data, index) = cold_objects(stem);
+            Place::Cold { data, index }
+        }
     };
     SegmentEntry {
         uid: s.uid,
@@ -368,16 +369,14 @@ fn rebuild_segments(
                 let (data, index) = (dir.join(data), dir.join(index));
                 check_len(&data, s.len)?;
                 check_len(&index, s.records * INDEX_RECORD_LEN as u64)?;
-                SegmentLocation::Disk { disk, data, index }
+                SegmentLocation::disk_files(disk, &data, &index)
+                    .ok_or(Unrecoverable::Names(s.uid))?
             }
             Place::Cold { data, index } => {
                 if !has_cold {
                     return Err(Unrecoverable::NoColdTier);
                 }
-                SegmentLocation::Cold {
-                    data: data.clone(),
-                    index: index.clone(),
-                }
+                SegmentLocation::cold_objects(data, index).ok_or(Unrecoverable::Names(s.uid))?
             }
         };
         let seg = Segment::new(s.uid, location, s.start);
@@ -403,6 +402,10 @@ fn app_entry(a: &App) -> AppEntry {
 /// Why a recorded partition is not served after a restart.
 #[derive(Debug, thiserror::Error)]
 enum Unrecoverable {
+    /// Its data and index are not `<stem>.data` and `<stem>.index`, as
+    /// every segment this store writes is named.
+    #[error("segment {0}'s data and index are not named <stem>.data and <stem>.index")]
+    Names(u64),
     #[error("segment {uid} starts at {start}, not {expected}")]
     Gap { uid: u64, start: u64, expected: u64 },
     #[error("data dir {} is not configured", .0.display())]
@@ -447,7 +450,8 @@ fn open_manifest(config: &StoreConfig) -> Result<Option<(Manifest, Loaded)>> {
         }
         return Ok(None);
     };
-    let manifest = Manifest::open(&path, config.disks.io_timeout)?;
+    let cache = config.recovery.cache_size.as_u64().max(1 << 20) as usize;
+    let manifest = Manifest::open(&path, config.disks.io_timeout, cache)?;
     // Read errors say "reading: " before the path (see ManifestError::Read).
     let loaded = manifest.load()?;
     Ok(Some((manifest, loaded)))

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::id::path_component;
-use crate::segment::SegmentLocation;
+use crate::segment::{cold_objects, disk_files, SegmentLocation};
 use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
 
@@ -26,13 +26,15 @@ pub(crate) async fn sweep_orphans(
     for p in partitions {
         for s in p.segments_snapshot() {
             match &s.location {
-                SegmentLocation::Disk { data, index, .. } => {
-                    owned_files.insert(data.clone());
-                    owned_files.insert(index.clone());
+                SegmentLocation::Disk { stem, .. } => {
+                    let (data, index) = disk_files(stem);
+                    owned_files.insert(data);
+                    owned_files.insert(index);
                 }
-                SegmentLocation::Cold { data, index } => {
-                    owned_objects.insert(data.clone());
-                    owned_objects.insert(index.clone());
+                SegmentLocation::Cold { stem } => {
+                    let (data, index) = cold_objects(stem);
+                    owned_objects.insert(data);
+                    owned_objects.insert(index);
                 }
             }
         }

@@ -19,7 +19,7 @@ use crate::counters::Counters;
 use crate::error::{clone_error, Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::path_component;
-use crate::segment::{Segment, SegmentLocation};
+use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
 use crate::tiers::partition::Partition;
 
 /// A partition's index as Uniffle serves it: 40-byte records in data order,
@@ -238,11 +238,17 @@ impl Durable {
         let seg2 = seg.clone();
         let load = async move {
             match &seg2.location {
-                SegmentLocation::Disk { disk, index, .. } => self.disks[*disk]
-                    .read(index.clone(), 0, len)
-                    .await
-                    .map_err(|e| StorageError::io(index, e)),
-                SegmentLocation::Cold { index, .. } => self.cold_tier()?.read(index, 0, len).await,
+                SegmentLocation::Disk { disk, stem } => {
+                    let (_, index) = disk_files(stem);
+                    self.disks[*disk]
+                        .read(index.clone(), 0, len)
+                        .await
+                        .map_err(|e| StorageError::io(&index, e))
+                }
+                SegmentLocation::Cold { stem } => {
+                    let (_, index) = cold_objects(stem);
+                    self.cold_tier()?.read(&index, 0, len).await
+                }
             }
         };
         self.index_cache
@@ -309,14 +315,18 @@ impl Durable {
     async fn read_segment(&self, seg: &Segment, offset: u64, len: u64) -> Result<Bytes> {
         self.counters.read(len);
         match &seg.location {
-            SegmentLocation::Disk { disk, data, .. } => self.disks[*disk]
-                .read_data(data.clone(), offset, len, seg.direct)
-                .await
-                .map_err(|e| StorageError::io(data, e)),
-            SegmentLocation::Cold { data, .. } => {
+            SegmentLocation::Disk { disk, stem } => {
+                let (data, _) = disk_files(stem);
+                self.disks[*disk]
+                    .read_data(data.clone(), offset, len, seg.direct)
+                    .await
+                    .map_err(|e| StorageError::io(&data, e))
+            }
+            SegmentLocation::Cold { stem } => {
+                let (data, _) = cold_objects(stem);
                 // A cold segment is written once: its length is its object's.
                 self.cold_tier()?
-                    .read_data(data, seg.len(), offset, len)
+                    .read_data(&data, seg.len(), offset, len)
                     .await
             }
         }
@@ -334,10 +344,11 @@ impl Durable {
                     .stored_bytes
                     .fetch_sub(len, Ordering::Relaxed);
             }
-            SegmentLocation::Cold { data, index } => {
+            SegmentLocation::Cold { stem } => {
                 if let Some(cold) = &self.cold {
                     cold.stored_bytes.fetch_sub(len, Ordering::Relaxed);
-                    for (path, len) in [(data, len), (index, 0)] {
+                    let (data, index) = cold_objects(stem);
+                    for (path, len) in [(&data, len), (&index, 0)] {
                         if let Err(e) = cold.delete(path, len).await {
                             tracing::warn!(path, error = %e, "cold delete failed");
                         }

@@ -30,7 +30,7 @@ use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
 use crate::config::StoreConfig;
 use crate::counters::Counters;
 use crate::error::{Result, StorageError};
-use crate::segment::{Segment, SegmentLocation};
+use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
 use crate::tiers::partition::Partition;
 
 /// Where one flush goes.
@@ -405,11 +405,10 @@ impl Flusher {
                     .durable
                     .disk_dir(d)
                     .join(shuffle_rel(&p.key().app, p.key().shuffle));
-                let stem = format!("{}.{uid}", p.key().file_stem());
+                let stem = dir.join(format!("{}.{uid}", p.key().file_stem()));
                 let location = SegmentLocation::Disk {
                     disk: d,
-                    data: dir.join(format!("{stem}.data")),
-                    index: dir.join(format!("{stem}.index")),
+                    stem: stem.into(),
                 };
                 let direct = self.durable.disk(d).direct && bytes >= super::disk::direct::MIN_FLUSH;
                 (
@@ -423,8 +422,7 @@ impl Flusher {
                 let rel = shuffle_rel(&p.key().app, p.key().shuffle);
                 let stem = format!("{}/{}.{uid}", rel.to_string_lossy(), p.key().file_stem());
                 let location = SegmentLocation::Cold {
-                    data: cold.path(&format!("{stem}.data")),
-                    index: cold.path(&format!("{stem}.index")),
+                    stem: cold.path(&stem).into(),
                 };
                 (
                     Arc::new(Segment::new(uid, location, p.persisted_len())),
@@ -441,16 +439,13 @@ impl Flusher {
         }
         let index = index.freeze();
         match &segment.location {
-            SegmentLocation::Disk {
-                disk,
-                data,
-                index: index_path,
-            } => {
+            SegmentLocation::Disk { disk, stem } => {
+                let (data, index_path) = disk_files(stem);
                 let d = self.durable.disk(*disk);
                 match d
                     .write(
                         data.clone(),
-                        index_path.clone(),
+                        index_path,
                         extent.len,
                         blocks.clone(),
                         extent.records * INDEX_RECORD_LEN as u64,
@@ -464,22 +459,24 @@ impl Flusher {
                         d.record_error(&e);
                         // Bytes past the committed length may be garbage now.
                         segment.close();
-                        return Err(StorageError::io(data, e));
+                        return Err(StorageError::io(&data, e));
                     }
                 }
                 d.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
-            SegmentLocation::Cold {
-                data,
-                index: index_path,
-            } => {
+            SegmentLocation::Cold { stem } => {
+                let (data, index_path) = cold_objects(stem);
                 let cold = self.durable.cold_tier()?;
-                cold.write_segment(data, index_path, blocks.clone(), index)
+                cold.write_segment(&data, &index_path, blocks.clone(), index)
                     .await?;
                 cold.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
         }
         segment.commit(bytes, blocks.len() as u64);
+        // A partition removed meanwhile has left its tally already.
+        if !p.is_removed() {
+            p.tally().count_persisted(bytes, segment.disk().is_none());
+        }
         if is_new {
             let mut segs = p.segments.write();
             if let Some(prev) = segs.last() {
