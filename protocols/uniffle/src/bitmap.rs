@@ -55,10 +55,55 @@ pub enum BitmapError {
 ///
 /// Ids are Java `long`s on the wire; `i64` helpers reinterpret the bits, so negative values
 /// round-trip (they sort after every non-negative id, as in an unsigned Java map).
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct IdBitmap {
-    inner: Treemap,
+    ids: Ids,
 }
+
+/// Most ids kept as a sorted list before the set becomes a roaring map.
+/// A partition's reported block ids are often a handful (one block per map
+/// task that wrote to it), and a `Treemap`'s first node alone costs some
+/// 500 bytes: at a million partitions held that was half a gigabyte.
+const SMALL_MAX: usize = 16;
+
+#[derive(Clone)]
+enum Ids {
+    /// At most [`SMALL_MAX`] ids, sorted and unique.
+    Small(Vec<u64>),
+    Large(Treemap),
+}
+
+impl Default for Ids {
+    fn default() -> Self {
+        Ids::Small(Vec::new())
+    }
+}
+
+/// A set's ids in ascending order, whichever form it has.
+enum Iter<'a> {
+    Small(std::slice::Iter<'a, u64>),
+    Large(croaring::treemap::TreemapIterator<'a>),
+}
+
+impl Iterator for Iter<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        match self {
+            Iter::Small(i) => i.next().copied(),
+            Iter::Large(i) => i.next(),
+        }
+    }
+}
+
+impl PartialEq for IdBitmap {
+    /// Set equality, whichever form either side has.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for IdBitmap {}
 
 impl std::fmt::Debug for IdBitmap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,53 +119,88 @@ impl IdBitmap {
 
     /// Adds an id.
     pub fn insert(&mut self, id: u64) {
-        self.inner.add(id);
+        match &mut self.ids {
+            Ids::Small(v) => {
+                let Err(at) = v.binary_search(&id) else {
+                    return;
+                };
+                if v.len() < SMALL_MAX {
+                    v.insert(at, id);
+                } else {
+                    let mut map: Treemap = v.iter().copied().collect();
+                    map.add(id);
+                    self.ids = Ids::Large(map);
+                }
+            }
+            Ids::Large(map) => map.add(id),
+        }
     }
 
     /// Adds a Java `long` id.
     pub fn insert_i64(&mut self, id: i64) {
-        self.inner.add(id as u64);
+        self.insert(id as u64);
     }
 
     /// Whether `id` is in the set.
     pub fn contains(&self, id: u64) -> bool {
-        self.inner.contains(id)
+        match &self.ids {
+            Ids::Small(v) => v.binary_search(&id).is_ok(),
+            Ids::Large(map) => map.contains(id),
+        }
     }
 
     /// Whether the Java `long` `id` is in the set.
     pub fn contains_i64(&self, id: i64) -> bool {
-        self.inner.contains(id as u64)
+        self.contains(id as u64)
     }
 
     /// Number of ids.
     pub fn len(&self) -> u64 {
-        self.inner.cardinality()
+        match &self.ids {
+            Ids::Small(v) => v.len() as u64,
+            Ids::Large(map) => map.cardinality(),
+        }
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.inner.is_empty()
+        self.len() == 0
     }
 
     /// Adds every id of `other`.
     pub fn union_with(&mut self, other: &IdBitmap) {
-        self.inner.or_inplace(&other.inner);
+        match (&mut self.ids, &other.ids) {
+            (Ids::Large(mine), Ids::Large(theirs)) => mine.or_inplace(theirs),
+            (_, Ids::Small(theirs)) => theirs.iter().for_each(|&id| self.insert(id)),
+            (Ids::Small(mine), Ids::Large(theirs)) => {
+                let mut map = theirs.clone();
+                map.extend(mine.iter().copied());
+                self.ids = Ids::Large(map);
+            }
+        }
     }
 
     /// Ids in ascending unsigned order.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.inner.iter()
+        match &self.ids {
+            Ids::Small(v) => Iter::Small(v.iter()),
+            Ids::Large(map) => Iter::Large(map.iter()),
+        }
     }
 
     /// Ids as Java `long`s, in ascending unsigned order.
     pub fn iter_i64(&self) -> impl Iterator<Item = i64> + '_ {
-        self.inner.iter().map(|id| id as i64)
+        self.iter().map(|id| id as i64)
     }
 
     /// Serializes in the Java legacy layout, with signedLongs = 0 as Uniffle writes it.
     /// The empty set is the 5 bytes `00 00000000`.
     pub fn to_java_bytes(&self) -> Vec<u8> {
-        self.inner.serialize::<JvmLegacy>()
+        match &self.ids {
+            Ids::Small(v) => v.iter().copied().collect::<Treemap>(),
+            Ids::Large(map) => map.clone(),
+        }
+        .serialize::<JvmLegacy>()
     }
 
     /// Reads the Java legacy layout. Empty input is the empty set: the Java client
@@ -157,15 +237,17 @@ impl IdBitmap {
         if !rest.is_empty() {
             return Err(BitmapError::TrailingBytes(rest.len()));
         }
-        Ok(Self { inner })
+        Ok(Self {
+            ids: Ids::Large(inner),
+        })
     }
 }
 
 impl FromIterator<u64> for IdBitmap {
     fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> Self {
-        Self {
-            inner: iter.into_iter().collect(),
-        }
+        let mut set = Self::new();
+        set.extend(iter);
+        set
     }
 }
 
@@ -177,7 +259,7 @@ impl FromIterator<i64> for IdBitmap {
 
 impl Extend<u64> for IdBitmap {
     fn extend<I: IntoIterator<Item = u64>>(&mut self, iter: I) {
-        self.inner.extend(iter);
+        iter.into_iter().for_each(|id| self.insert(id));
     }
 }
 
@@ -363,6 +445,30 @@ mod tests {
             prop_assert_eq!(back.iter().collect::<Vec<_>>(), expected);
             // Re-serializing what we read gives the same bytes.
             prop_assert_eq!(back.to_java_bytes(), bytes);
+        }
+
+        /// Both forms (a short sorted list, a roaring map past
+        /// `SMALL_MAX` ids) behave as one set: inserts, unions in every
+        /// combination, membership, order and the bytes written.
+        #[test]
+        fn small_and_large_forms_are_one_set(
+            a in proptest::collection::vec(0u64..64, 0..40),
+            b in proptest::collection::vec(0u64..64, 0..40),
+        ) {
+            let mut set: IdBitmap = a.iter().copied().collect();
+            let other: IdBitmap = b.iter().copied().collect();
+            set.union_with(&other);
+            let model: std::collections::BTreeSet<u64> = a.iter().chain(&b).copied().collect();
+            prop_assert_eq!(set.len(), model.len() as u64);
+            prop_assert!(set.iter().eq(model.iter().copied()));
+            for id in 0..64 {
+                prop_assert_eq!(set.contains(id), model.contains(&id));
+            }
+            let read = IdBitmap::from_java_bytes(&set.to_java_bytes()).unwrap();
+            prop_assert_eq!(&read, &set);
+            let mut via_large = read.clone();
+            via_large.union_with(&other);
+            prop_assert_eq!(&via_large, &set);
         }
 
         #[test]

@@ -17,12 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::apps::ledger::AppRecord;
 use crate::apps::lifecycle::{AppListener, RemovalReason};
-use crate::apps::Apps;
+use crate::apps::{App, Apps};
 use crate::block::{Block, IndexRecord};
 use crate::config::StoreConfig;
 use crate::counters::Counters;
@@ -67,6 +68,9 @@ pub struct Store {
     tasks: TaskTracker,
     shutting_down: AtomicBool,
 }
+
+/// Lapsed applications whose data is deleted at once.
+const EXPIRY_PURGES: usize = 8;
 
 impl Store {
     /// Opens the store and starts its background work (spill, disk health,
@@ -630,9 +634,14 @@ impl Store {
     /// Removes an application: its shuffles die (see [`crate::lifecycle`]),
     /// listeners forget it, then its memory, files and objects go.
     pub async fn remove_app_because(&self, app: &str, reason: RemovalReason) -> Result<()> {
-        let Some((a, shuffles)) = self.apps.remove(app, reason) else {
-            return Ok(());
-        };
+        if let Some((a, shuffles)) = self.apps.remove(app, reason) {
+            self.purge_app(&a, shuffles).await;
+        }
+        Ok(())
+    }
+
+    /// A removed application's records, memory, files and objects go.
+    async fn purge_app(&self, a: &App, shuffles: Vec<(i32, Vec<Arc<Partition>>)>) {
         self.recovery
             .forget(Change::RemoveApp(a.id().clone()))
             .await;
@@ -640,7 +649,6 @@ impl Store {
             self.purge_shuffle(a.id(), id, &partitions).await;
         }
         self.durable.remove_app_files(a.id()).await;
-        Ok(())
     }
 
     /// A removed shuffle's data goes: its quota, memory, segments, files.
@@ -656,6 +664,10 @@ impl Store {
     /// ids removed.
     pub async fn expire_apps(&self) -> Vec<String> {
         let stale = self.apps.expired();
+        // Every lapsed application is gone for clients at once (tombstones,
+        // listeners); then their files go, a few applications at a time, so
+        // that a thousand lapsing together are not deleted one after another.
+        let mut removed = Vec::with_capacity(stale.len());
         for (app, lapse) in &stale {
             tracing::warn!(
                 app,
@@ -663,8 +675,13 @@ impl Store {
                 "application removed: no heartbeat within its lease"
             );
             self.counters.app_expired();
-            let _ = self.remove_app_because(app, *lapse).await;
+            removed.extend(self.apps.remove(app, *lapse));
         }
+        futures::stream::iter(removed)
+            .for_each_concurrent(EXPIRY_PURGES, |(a, shuffles)| async move {
+                self.purge_app(&a, shuffles).await
+            })
+            .await;
         self.apps.prune_tombstones();
         stale.into_iter().map(|(app, _)| app).collect()
     }

@@ -57,7 +57,7 @@ impl FetchPort {
         r: PbOpenStream,
         replier: &Replier,
     ) {
-        let meta = loc.map.lock().clone();
+        let meta = loc.map().regions.lock().clone();
         let opened = async {
             let (start, end) = (r.start_index, r.end_index);
             let subs = meta.num_sub_partitions();

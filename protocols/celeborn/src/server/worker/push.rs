@@ -633,7 +633,7 @@ impl PushPort {
     fn map_control(&self, r: MapRequest) -> Result<Vec<u8>, CelebornError> {
         let (shuffle_key, uid) = (&r.shuffle_key, &r.unique_id);
         let loc = self.map_location(shuffle_key, uid, r.replica)?;
-        let mut map = loc.map.lock();
+        let mut map = loc.map().regions.lock();
         let stage = match r.control {
             MapControl::HandShake { .. } => MapStage::HandShake,
             MapControl::RegionStart { .. } => MapStage::RegionStart,
@@ -651,7 +651,7 @@ impl PushPort {
             MapControl::RegionFinish => {
                 map.region_finish(loc.peek_block_id());
                 // Streams following a partition still being written read on.
-                loc.grown.notify_waiters();
+                loc.notify_grown();
                 Ok(())
             }
             MapControl::SegmentStart {
@@ -681,7 +681,7 @@ impl PushPort {
             )));
         }
         let (header, hybrid) = {
-            let mut map = loc.map.lock();
+            let mut map = loc.map().regions.lock();
             (map.accept(&p.body), map.has_segments())
         };
         let header = header.map_err(|source| CelebornError::MapPartition {

@@ -286,12 +286,15 @@ impl WorkerEndpoint {
                     continue;
                 };
                 loc.committed.store(true, Ordering::Release);
-                loc.grown.notify_waiters();
+                loc.notify_grown();
                 // The commit flushes the shuffle's hybrid bytes.
                 shuffle.hybrid.flushed(shuffle.hybrid.take());
                 // A map partition's regions go into the manifest with it.
                 let notes = if shuffle.is_map() {
-                    vec![(map_note_name(uid, replica), loc.map.lock().to_note())]
+                    vec![(
+                        map_note_name(uid, replica),
+                        loc.map().regions.lock().to_note(),
+                    )]
                 } else {
                     Vec::new()
                 };

@@ -79,11 +79,11 @@ impl Reader<'_> {
         let mut regions_sent = 0;
         loop {
             // Armed before the state is looked at, so no wake-up is lost.
-            let grown = loc.grown.notified();
+            let grown = loc.map().grown.notified();
             tokio::pin!(grown);
             grown.as_mut().enable();
             let committed = loc.committed.load(std::sync::atomic::Ordering::Acquire);
-            let meta = loc.map.lock().clone();
+            let meta = loc.map().regions.lock().clone();
             if meta.regions() > regions_sent {
                 let skip = regions_sent;
                 let view = self

@@ -129,16 +129,36 @@ pub struct Location {
     /// A primary's replica: `host:replicatePort` of the peer worker, which
     /// every push to it is forwarded to.
     pub peer: parking_lot::RwLock<Option<String>>,
-    /// Regions of a map partition (Flink); unused for reduce partitions.
-    pub map: Mutex<MapPartition>,
-    /// Woken when a map partition's readable part grows (a region finished)
-    /// or it is committed: hybrid streams follow it while it is written.
+    /// A map partition's state (Flink), made at its first use: a reduce
+    /// partition, nearly every location of a large node, never has one.
+    map: std::sync::OnceLock<Box<MapState>>,
+}
+
+/// What a map-partition location keeps beside its blocks.
+#[derive(Default)]
+pub struct MapState {
+    /// Its regions.
+    pub regions: Mutex<MapPartition>,
+    /// Woken when its readable part grows (a region finished) or it is
+    /// committed: hybrid streams follow it while it is written.
     pub grown: tokio::sync::Notify,
 }
 
 impl Location {
     pub(crate) fn next_block_id(&self) -> i64 {
         self.next_block.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Its map-partition state, made now if it has none.
+    pub fn map(&self) -> &MapState {
+        self.map.get_or_init(Box::default)
+    }
+
+    /// Wakes the streams that follow it, if any ever did.
+    pub(crate) fn notify_grown(&self) {
+        if let Some(m) = self.map.get() {
+            m.grown.notify_waiters();
+        }
     }
 
     /// The block id the next appended block gets.
@@ -197,8 +217,7 @@ impl ShuffleState {
                     next_block: AtomicI64::new(0),
                     committed: AtomicBool::new(false),
                     peer: parking_lot::RwLock::new(None),
-                    map: Mutex::new(MapPartition::default()),
-                    grown: tokio::sync::Notify::new(),
+                    map: std::sync::OnceLock::new(),
                 })
             })
             .clone();
@@ -412,7 +431,7 @@ impl WorkerState {
         shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
         let loc = shuffle.add_location(id, epoch, replica, None);
         loc.next_block.store(map.records_end(), Ordering::Relaxed);
-        *loc.map.lock() = map;
+        *loc.map().regions.lock() = map;
         loc.committed.store(true, Ordering::Release);
         true
     }
