@@ -69,7 +69,9 @@ pub struct MemoryConfig {
     /// How often the spill check also runs on a timer.
     #[serde(with = "humantime_serde")]
     pub spill_check_interval: Duration,
-    /// Cache of recently read index data (bytes). Default 64 MiB.
+    /// Cache of recently read index data: its bytes plus 256 bytes per
+    /// entry, what moka and the key cost beside them (a small partition's
+    /// index is a single 40-byte record). Default 64 MiB.
     pub index_cache: ByteSize,
     /// Bytes that reads of persisted data may hold at once; further reads
     /// wait. Default 256 MiB.

@@ -54,6 +54,12 @@ pub(crate) struct Durable {
     counters: Arc<Counters>,
 }
 
+/// What one index cache entry costs beyond its bytes (moka's entry, its
+/// key, its place in the eviction queues, the `Bytes`), counted in its
+/// weight: a small partition's index is one 40-byte record, so a cache
+/// weighing only the records held 64 MiB of them in several times that.
+const INDEX_ENTRY_OVERHEAD: usize = 256;
+
 impl Durable {
     /// Opens every configured disk and the cold tier. `health_changed` is
     /// notified when a disk's health changes.
@@ -86,7 +92,9 @@ impl Durable {
             .map(|c| ColdTier::open(c, read_budget.clone()))
             .transpose()?;
         let index_cache = moka::future::Cache::builder()
-            .weigher(|_: &(u64, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
+            .weigher(|_: &(u64, u64), v: &Bytes| {
+                (v.len() + INDEX_ENTRY_OVERHEAD).min(u32::MAX as usize) as u32
+            })
             .max_capacity(config.memory.index_cache.as_u64())
             .build();
         // Segment uids only need to be unique within this process's lifetime
