@@ -662,11 +662,13 @@ impl Store {
     /// Removes applications whose last heartbeat or request is older than
     /// their lease, and forgets tombstones past their retention. Returns the
     /// ids removed.
-    pub async fn expire_apps(&self) -> Vec<String> {
+    pub async fn expire_apps(self: &Arc<Self>) -> Vec<String> {
         let stale = self.apps.expired();
         // Every lapsed application is gone for clients at once (tombstones,
-        // listeners); then their files go, a few applications at a time, so
-        // that a thousand lapsing together are not deleted one after another.
+        // listeners); its files go in a task of their own, a few
+        // applications at a time, so that the next check is not held up by
+        // the deletes (a thousand lapsing together once waited for each
+        // other's files, the last minutes after its lease).
         let mut removed = Vec::with_capacity(stale.len());
         for (app, lapse) in &stale {
             tracing::warn!(
@@ -677,11 +679,17 @@ impl Store {
             self.counters.app_expired();
             removed.extend(self.apps.remove(app, *lapse));
         }
-        futures::stream::iter(removed)
-            .for_each_concurrent(EXPIRY_PURGES, |(a, shuffles)| async move {
-                self.purge_app(&a, shuffles).await
-            })
-            .await;
+        if !removed.is_empty() {
+            let store = self.clone();
+            self.tasks.spawn(async move {
+                futures::stream::iter(removed)
+                    .for_each_concurrent(EXPIRY_PURGES, |(a, shuffles)| {
+                        let store = &store;
+                        async move { store.purge_app(&a, shuffles).await }
+                    })
+                    .await;
+            });
+        }
         self.apps.prune_tombstones();
         stale.into_iter().map(|(app, _)| app).collect()
     }
