@@ -71,8 +71,10 @@ pub(crate) struct Segment {
     pub direct: bool,
     /// For a direct segment, the data file's bytes from the aligned block
     /// holding the segment's end to its end: the next append rewrites them.
-    /// None when not known (read from the file then).
-    tail: parking_lot::Mutex<Option<bytes::Bytes>>,
+    /// None when not known (read from the file then). Boxed, and only for
+    /// direct segments: the others, nearly all of a node's at scale, never
+    /// use it.
+    tail: Option<Box<parking_lot::Mutex<Option<bytes::Bytes>>>>,
 }
 
 /// What a reader may use of a segment at one moment.
@@ -93,7 +95,7 @@ impl Segment {
             records: AtomicU64::new(0),
             open: AtomicBool::new(open),
             direct: false,
-            tail: parking_lot::Mutex::new(Some(bytes::Bytes::new())),
+            tail: None,
         }
     }
 
@@ -112,16 +114,20 @@ impl Segment {
     /// The segment written and read with O_DIRECT.
     pub(crate) fn with_direct(mut self, direct: bool) -> Self {
         self.direct = direct;
+        // A new segment's tail is known: it is empty.
+        self.tail = direct.then(|| Box::new(parking_lot::Mutex::new(Some(bytes::Bytes::new()))));
         self
     }
 
     /// The tail a direct append starts from (see the field).
     pub(crate) fn tail(&self) -> Option<bytes::Bytes> {
-        self.tail.lock().clone()
+        self.tail.as_ref()?.lock().clone()
     }
 
     pub(crate) fn set_tail(&self, tail: Option<bytes::Bytes>) {
-        *self.tail.lock() = tail;
+        if let Some(t) = &self.tail {
+            *t.lock() = tail;
+        }
     }
 
     pub(crate) fn commit(&self, bytes: u64, records: u64) {

@@ -13,9 +13,16 @@ use super::lifecycle::RemovalReason;
 use crate::id::{AppId, LocalPartition};
 use crate::tiers::partition::{AppTally, Partition};
 
-#[derive(Default)]
 pub(super) struct Shuffle {
     pub(super) partitions: DashMap<LocalPartition, Arc<Partition>>,
+}
+
+impl Default for Shuffle {
+    fn default() -> Self {
+        Shuffle {
+            partitions: crate::small_map(),
+        }
+    }
 }
 
 impl Shuffle {
@@ -47,7 +54,7 @@ impl App {
     pub(super) fn new(id: AppId, now_ms: u64, lease_ms: u64) -> Self {
         App {
             id,
-            shuffles: DashMap::new(),
+            shuffles: crate::small_map(),
             last_seen_ms: AtomicU64::new(now_ms),
             lease_ms: AtomicU64::new(lease_ms),
             lost_on_lapse: AtomicBool::new(false),

@@ -482,6 +482,8 @@ impl Flusher {
             if let Some(prev) = segs.last() {
                 prev.close();
             }
+            // Most partitions keep one segment: room for one, not four.
+            segs.reserve_exact(1);
             segs.push(segment);
         }
         Ok(())

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use switchyard_storage::small_map;
+
 use crate::bitmap::IdBitmap;
 
-#[derive(Default)]
 pub(crate) struct AppState {
     pub shuffles: DashMap<i32, Arc<ShuffleState>>,
     /// The driver registered with `spark.rss.client.reassign.enabled=true`
@@ -21,7 +22,15 @@ pub(crate) struct AppState {
     pub reassign: AtomicBool,
 }
 
-#[derive(Default)]
+impl Default for AppState {
+    fn default() -> Self {
+        AppState {
+            shuffles: small_map(),
+            reassign: AtomicBool::new(false),
+        }
+    }
+}
+
 pub(crate) struct ShuffleState {
     /// Registered partition ranges, inclusive ends.
     pub ranges: Mutex<Vec<(i32, i32)>>,
@@ -33,6 +42,18 @@ pub(crate) struct ShuffleState {
     /// partition split limit is measured against) and whether a client was
     /// told to split it.
     received: DashMap<i32, Received>,
+}
+
+impl Default for ShuffleState {
+    fn default() -> Self {
+        ShuffleState {
+            ranges: Mutex::default(),
+            reported: Mutex::default(),
+            commits: AtomicI32::new(0),
+            stage_attempt: AtomicI32::new(0),
+            received: small_map(),
+        }
+    }
 }
 
 #[derive(Default)]

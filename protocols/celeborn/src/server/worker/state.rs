@@ -585,7 +585,7 @@ impl WorkerState {
                         split_threshold: AtomicU64::new(u64::MAX),
                         split_mode: AtomicU8::new(SplitMode::default() as u8),
                         partition_type: AtomicU8::new(PartitionType::default() as u8),
-                        locations: DashMap::new(),
+                        locations: switchyard_storage::small_map(),
                         commits: Mutex::new(HashMap::new()),
                         map_attempts: RwLock::new(None),
                         hybrid: ShuffleHold::new(self.hybrid.clone()),
