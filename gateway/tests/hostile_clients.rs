@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, ClusterOptions, Node};
-use switchyard_clients::celeborn::Connection;
+use switchyard_clients::celeborn::{chunk_fetch_request, Connection};
 use switchyard_clients::uniffle::Coordinator;
 
 /// A size field of a process's /proc status (VmRSS, VmHWM), in bytes.
@@ -488,34 +488,6 @@ fn write_frame(s: &mut TcpStream, message: &switchyard_celeborn::frame::Message)
     s.write_all(&body).unwrap();
 }
 
-/// A ChunkFetchRequest for a whole chunk, as a 0.6 client sends it (a
-/// PbChunkFetchRequest in an RpcRequest).
-fn chunk_fetch(
-    request_id: i64,
-    stream_id: i64,
-    chunk_index: i32,
-) -> switchyard_celeborn::frame::Message {
-    use switchyard_celeborn::frame::{Message, StreamChunkSlice};
-    use switchyard_celeborn::proto::{MessageType, PbChunkFetchRequest, PbStreamChunkSlice};
-
-    let s = StreamChunkSlice::whole_chunk(stream_id, chunk_index);
-    let request = switchyard_celeborn::TransportMessage::new(
-        MessageType::ChunkFetchRequest,
-        &PbChunkFetchRequest {
-            stream_chunk_slice: Some(PbStreamChunkSlice {
-                stream_id: s.stream_id,
-                chunk_index: s.chunk_index,
-                offset: s.offset,
-                len: s.len,
-            }),
-        },
-    );
-    Message::RpcRequest {
-        request_id,
-        body: request.to_bytes(),
-    }
-}
-
 /// Slow readers: a 40 MiB partition is pushed and committed through the
 /// Celeborn protocol; then eight connections to the fetch port each open a
 /// stream of it and ask for every chunk 20 times over (6.4 GB in all, 100
@@ -560,7 +532,10 @@ fn slow_readers_stay_within_the_number() {
         assert!(chunks >= 4, "a 40 MiB partition in {chunks} chunks");
         for round in 0..ROUNDS {
             for c in 0..chunks {
-                write_frame(&mut s, &chunk_fetch((round * chunks + c) as i64, stream, c));
+                write_frame(
+                    &mut s,
+                    &chunk_fetch_request((round * chunks + c) as i64, stream, c),
+                );
             }
         }
         slow.push(s);
