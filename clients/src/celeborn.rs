@@ -336,24 +336,30 @@ impl Connection {
 
     /// Fetches one whole chunk of a stream.
     pub async fn fetch_chunk(&self, stream_id: i64, chunk_index: i32) -> Result<Bytes> {
-        let s = StreamChunkSlice::whole_chunk(stream_id, chunk_index);
-        let request = TransportMessage::new(
-            MessageType::ChunkFetchRequest,
-            &PbChunkFetchRequest {
-                stream_chunk_slice: Some(PbStreamChunkSlice {
-                    stream_id: s.stream_id,
-                    chunk_index: s.chunk_index,
-                    offset: s.offset,
-                    len: s.len,
-                }),
-            },
-        );
         let id = next_request_id();
-        let frame = Message::RpcRequest {
-            request_id: id,
-            body: request.to_bytes(),
-        };
+        let frame = chunk_fetch_request(id, stream_id, chunk_index);
         self.call_chunk((stream_id, chunk_index), frame).await
+    }
+}
+
+/// The frame of a whole-chunk fetch as a 0.6 client sends it: a
+/// PbChunkFetchRequest in an RpcRequest.
+pub fn chunk_fetch_request(request_id: i64, stream_id: i64, chunk_index: i32) -> Message {
+    let s = StreamChunkSlice::whole_chunk(stream_id, chunk_index);
+    let request = TransportMessage::new(
+        MessageType::ChunkFetchRequest,
+        &PbChunkFetchRequest {
+            stream_chunk_slice: Some(PbStreamChunkSlice {
+                stream_id: s.stream_id,
+                chunk_index: s.chunk_index,
+                offset: s.offset,
+                len: s.len,
+            }),
+        },
+    );
+    Message::RpcRequest {
+        request_id,
+        body: request.to_bytes(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Probes of the hardening review against the real binary: half-sent huge
-//! frames, huge Java-serialized RPCs, idle connections and an overload of
-//! both protocols. Each asserts that the process stays up, the hostile
+//! frames, huge Java-serialized RPCs, idle connections, slow readers and an
+//! overload of both protocols. Each asserts that the process stays up, the hostile
 //! connections are closed, and well-behaved clients are served meanwhile;
 //! and that the process's peak RSS stays within the one memory number plus
 //! the read budget plus 64 MiB ([`bound`]).
@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, ClusterOptions, Node};
-use switchyard_clients::celeborn::Connection;
+use switchyard_clients::celeborn::{chunk_fetch_request, Connection};
 use switchyard_clients::uniffle::Coordinator;
 
 /// A size field of a process's /proc status (VmRSS, VmHWM), in bytes.
@@ -134,9 +134,14 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 }
 
 fn metric(node: &Node, line_prefix: &str) -> f64 {
+    metric_with(node, line_prefix, &[])
+}
+
+/// As [`metric`], of the lines that carry every one of `labels`.
+fn metric_with(node: &Node, line_prefix: &str, labels: &[&str]) -> f64 {
     let (_, body) = node.get("/metrics").unwrap();
     body.lines()
-        .filter(|l| l.starts_with(line_prefix))
+        .filter(|l| l.starts_with(line_prefix) && labels.iter().all(|k| l.contains(k)))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
         .sum()
 }
@@ -427,4 +432,155 @@ fn amplifying_grpc_requests_are_refused_undecoded() {
     assert!(grown < 100 << 20, "RSS grew by {} MiB", grown >> 20);
     assert!(metric(node, "switchyard_decode_refused_total{") >= 1.0);
     well_behaved_clients_are_served(node);
+}
+
+/// Opens a stream of `file_name` on a fetch port as the Spark client does
+/// (an OpenStream RpcRequest, its StreamHandler read back) on a raw socket:
+/// the socket, the stream id and its chunk count.
+fn open_stream_raw(fetch: SocketAddr, shuffle_key: &str, file_name: &str) -> (TcpStream, i64, i32) {
+    use switchyard_celeborn::frame::{CelebornCodec, Message, DEFAULT_MAX_FRAME_SIZE};
+    use switchyard_celeborn::proto::{MessageType, PbOpenStream, PbStreamHandler};
+    use switchyard_celeborn::TransportMessage;
+    use tokio_util::codec::Decoder;
+
+    let mut s = TcpStream::connect(fetch).unwrap();
+    s.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let open = TransportMessage::new(
+        MessageType::OpenStream,
+        &PbOpenStream {
+            shuffle_key: shuffle_key.into(),
+            file_name: file_name.into(),
+            start_index: 0,
+            end_index: i32::MAX,
+            ..Default::default()
+        },
+    );
+    write_frame(
+        &mut s,
+        &Message::RpcRequest {
+            request_id: 1,
+            body: open.to_bytes(),
+        },
+    );
+    let mut codec = CelebornCodec::new(DEFAULT_MAX_FRAME_SIZE);
+    let mut buf = bytes::BytesMut::new();
+    let reply = loop {
+        if let Some(m) = codec.decode(&mut buf).unwrap() {
+            break m;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "the fetch port closed before answering OpenStream");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let Message::RpcResponse { body, .. } = reply else {
+        panic!("OpenStream answered {reply:?}");
+    };
+    let tm = TransportMessage::from_bytes(body).unwrap().unwrap();
+    let h: PbStreamHandler = tm.decode_payload().unwrap();
+    (s, h.stream_id, h.num_chunks)
+}
+
+/// Writes one Celeborn frame, encoded by the crate's codec.
+fn write_frame(s: &mut TcpStream, message: &switchyard_celeborn::frame::Message) {
+    let (head, body) = message.frame_parts().unwrap();
+    s.write_all(&head).unwrap();
+    s.write_all(&body).unwrap();
+}
+
+/// Slow readers: a 40 MiB partition is pushed and committed through the
+/// Celeborn protocol; then eight connections to the fetch port each open a
+/// stream of it and ask for every chunk 20 times over (6.4 GB in all, 100
+/// times the number) and never read their sockets. The node reads a chunk
+/// only once its reply room is reserved, so what it holds for them stays
+/// within its network share; a reply not taken within `frame_timeout`
+/// closes its connection; meanwhile the node serves others and its peak RSS
+/// stays within the bound.
+#[test]
+fn slow_readers_stay_within_the_number() {
+    const READERS: usize = 8;
+    const ROUNDS: i32 = 20;
+    let cluster = bounded_node("[celeborn.connections]\nframe_timeout = \"2s\"\n");
+    let node = cluster.node(1);
+    let pid = node.pid().unwrap();
+    let app = "slow-readers";
+    let master = node.celeborn_master().to_string();
+    let args = [
+        "celeborn",
+        "--master",
+        &master,
+        "--size",
+        "40MiB",
+        "--mappers",
+        "4",
+        "--partitions",
+        "1",
+        "--app",
+        app,
+        "--keep-app",
+    ];
+    if let Err(e) = switchyard_bench::run_args(args) {
+        panic!(
+            "switchyard-bench {args:?} failed: {e}\n{}",
+            node.log_tail(40)
+        );
+    }
+    let shuffle_key = switchyard_celeborn::ShuffleKey::new(app, 0).to_string();
+    let mut slow: Vec<TcpStream> = Vec::new();
+    for _ in 0..READERS {
+        let (mut s, stream, chunks) = open_stream_raw(node.addr(9102), &shuffle_key, "0-0-0");
+        assert!(chunks >= 4, "a 40 MiB partition in {chunks} chunks");
+        for round in 0..ROUNDS {
+            for c in 0..chunks {
+                write_frame(
+                    &mut s,
+                    &chunk_fetch_request((round * chunks + c) as i64, stream, c),
+                );
+            }
+        }
+        slow.push(s);
+    }
+    // Replies are held for the slow readers (reserved and unwritten) while
+    // their socket buffers are full, and never more than the node's network
+    // share (a quarter of the number): sampled for 1 s.
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        held.push(
+            node.status()["storage"]["memory"]["replies"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    eprintln!(
+        "slow readers: replies held {:?} KiB",
+        held.iter().map(|b| b >> 10).collect::<Vec<_>>()
+    );
+    assert!(
+        held.iter().any(|&b| b > 0),
+        "no reply held for {READERS} slow readers"
+    );
+    assert!(
+        held.iter().all(|&b| b <= CAPACITY / 4),
+        "more replies held than the network share: {held:?}"
+    );
+    well_behaved_clients_are_served(node);
+    let what = format!("{READERS} slow readers of {} MiB each", ROUNDS * 40);
+    assert_within_bound(pid, &what);
+    // A reply not taken within frame_timeout (2 s) closes its connection.
+    common::wait_for("a slow reader cut off", || {
+        metric_with(
+            node,
+            "switchyard_connection_timeouts_total{",
+            &["kind=\"write\"", "port=\"fetch\""],
+        ) >= 1.0
+    });
+    assert!(node.is_running(), "{}", node.log_tail(40));
+    drop(slow);
+    // Once they are gone their room is given back.
+    common::wait_for("the slow readers' reply room given back", || {
+        node.status()["storage"]["memory"]["replies"].as_u64() == Some(0)
+    });
+    well_behaved_clients_are_served(node);
+    assert_within_bound(pid, &what);
 }

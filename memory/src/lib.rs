@@ -17,13 +17,14 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Frames up to this size (control messages, ordinary pushes) may use the
-/// part of the network share that large frames and replies leave free, so a
-/// burst of half-sent large frames or unread replies never stops them.
+/// Frames and replies up to this size (control messages and their answers,
+/// ordinary pushes) may use the part of the network share that large ones
+/// leave free, so a burst of half-sent large frames or unread chunks never
+/// stops them.
 pub const SMALL: usize = 64 << 10;
 
-/// The share of the network share that small frames keep for themselves: a
-/// quarter of it.
+/// The share of the network share that small frames and replies keep for
+/// themselves: a quarter of it.
 const SMALL_KEPT_DIVISOR: u64 = 4;
 
 /// What bytes on the network are taken for.
@@ -44,7 +45,7 @@ pub struct NodeMemory {
     /// Every byte on the network: `network` permits.
     network: Pool,
     /// What large frames and replies may hold: the network share but the part
-    /// small frames keep.
+    /// small ones keep.
     large: Pool,
     in_flight: AtomicU64,
     replies: AtomicU64,
@@ -136,8 +137,8 @@ impl NodeMemory {
     /// The most one take of `bytes` for `part` may have: a frame larger would
     /// pass the number whatever else the node holds, so it is refused, not
     /// waited for.
-    pub fn largest(&self, part: Part, bytes: usize) -> u64 {
-        match goes_large(part, bytes) {
+    pub fn largest(&self, _part: Part, bytes: usize) -> u64 {
+        match goes_large(bytes) {
             true => u64::from(self.large.size),
             false => self.network(),
         }
@@ -168,7 +169,7 @@ impl NodeMemory {
         bytes: usize,
     ) -> Result<NetworkBytes, Option<TooLarge>> {
         let permits = self.permits(part, bytes).map_err(Some)?;
-        let large = match goes_large(part, bytes) {
+        let large = match goes_large(bytes) {
             true => Some(self.large.try_take(permits).ok_or(None)?),
             false => None,
         };
@@ -185,7 +186,7 @@ impl NodeMemory {
         bytes: usize,
     ) -> Result<NetworkBytes, TooLarge> {
         let permits = self.permits(part, bytes)?;
-        let large = match goes_large(part, bytes) {
+        let large = match goes_large(bytes) {
             true => Some(self.large.take(permits).await),
             false => None,
         };
@@ -222,9 +223,9 @@ impl NodeMemory {
     }
 }
 
-/// Large frames and every reply take from the large pool too.
-fn goes_large(part: Part, bytes: usize) -> bool {
-    part == Part::Reply || bytes > SMALL
+/// Large frames and replies take from the large pool too.
+fn goes_large(bytes: usize) -> bool {
+    bytes > SMALL
 }
 
 /// Bytes taken from the network share, given back on drop.
@@ -256,7 +257,8 @@ mod tests {
         let large = m.largest(Part::InFlight, 1 << 20);
         assert_eq!(large, 12 << 20, "large frames leave a quarter");
         assert_eq!(m.largest(Part::InFlight, SMALL), 16 << 20);
-        assert_eq!(m.largest(Part::Reply, SMALL), 12 << 20);
+        assert_eq!(m.largest(Part::Reply, 1 << 20), 12 << 20);
+        assert_eq!(m.largest(Part::Reply, SMALL), 16 << 20);
     }
 
     #[test]

@@ -44,10 +44,10 @@ pub(super) const REPLY_QUEUE: usize = 128;
 /// What the reader asks the socket for while it waits for a header.
 const HEADER_READ: usize = 8 << 10;
 
-/// Frames up to this size take room only in their connection's pool, not the
-/// protocol's: control messages and ordinary pushes are never stuck behind
-/// another client's half-sent large frames. One connection reads one frame at a
-/// time, so what small frames hold is bounded by its own pool.
+/// Frames and replies up to this size take room only in their connection's pool,
+/// not the protocol's: control messages, their answers and ordinary pushes are
+/// never stuck behind another client's half-sent large frames or unread chunks.
+/// The node's network share still bounds what they hold together.
 const SMALL_FRAME: usize = 64 << 10;
 
 /// Client-caused warnings, rate-limited (the counters count every event).
@@ -274,14 +274,11 @@ impl<M> Replier<M> {
         // The server sizes its replies (chunks, read buffers), not the client: one
         // larger than the node's share takes all of it rather than failing.
         let bytes = bytes.min(node.largest(Part::Reply, bytes) as usize);
-        take(
-            connection,
-            Some(protocol),
-            (node, Part::Reply),
-            bytes,
-            &self.closed,
-        )
-        .await
+        // A small reply (a control message's answer) takes room in its connection's
+        // pool only, as a small frame does, so it never waits behind other
+        // connections' unread chunks.
+        let shared = (bytes > SMALL_FRAME).then_some(protocol);
+        take(connection, shared, (node, Part::Reply), bytes, &self.closed).await
     }
 
     /// Cancelled when the connection closes (the peer left, a bad frame, a timeout, a

@@ -69,7 +69,8 @@ pub struct ConnectionLimits {
     /// reads.
     pub max_reply_bytes_per_connection: ByteSize,
     /// Reply bytes of all connections of this protocol's ports on the node, queued or
-    /// being written. Default 128 MiB.
+    /// being written, of replies over 64 KiB (smaller ones, answers to control
+    /// messages, take only their connection's pool). Default 128 MiB.
     pub max_reply_bytes: ByteSize,
     /// A connection that has sent nothing for this long while nothing of it is in
     /// flight (no request, no reply, no open credit stream) is closed. Clients open a

@@ -27,7 +27,7 @@
 //!   bytes instead of pinning its frame, and is not copied out of it;
 //! - **reply bytes**: a reply's body takes room in the reply pools
 //!   (`max_reply_bytes_per_connection`, `max_reply_bytes`, the node's share) until it
-//!   is written; a
+//!   is written (a small one skips the protocol's pool, as a small frame does); a
 //!   handler that reads data for a reply [`Replier::reserve`]s first, so a client that
 //!   does not read its socket stops getting data read for it;
 //! - **timeouts**: a frame whose header arrived must complete within `frame_timeout`

@@ -760,6 +760,44 @@ async fn a_client_that_does_not_read_stops_getting_data_read_for_it() {
 }
 
 #[tokio::test]
+async fn small_replies_do_not_wait_behind_unread_chunks() {
+    // 4 MiB of network share (large replies may hold 3 MiB of it) and a 2 MiB
+    // reply pool for the protocol: four clients that ask for 1 MiB replies
+    // and read none fill both, and more of their replies wait for room.
+    let node = NodeMemory::new(16 << 20, 4 << 20);
+    let limits = ConnectionLimits {
+        max_reply_bytes: bytesize::ByteSize::mib(2),
+        ..ConnectionLimits::default()
+    };
+    let server = start_on(limits, node.clone()).await;
+    let mut stuck = Vec::new();
+    for _ in 0..4 {
+        let mut client = Client::connect(server.addr).await;
+        let requests: Vec<Msg> = (0..100)
+            .map(|id| request(id, Op::BigReply, 0, 1 << 20))
+            .collect();
+        client.send(&requests).await;
+        stuck.push(client);
+    }
+    eventually("the unread replies fill the reply pool", || {
+        server.budget.replies_in_use() >= 1 << 20
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A small reply (an RPC's answer) on another connection is not queued
+    // behind them.
+    let mut other = Client::connect(server.addr).await;
+    other.send(&[request(7, Op::BigReply, 0, 100)]).await;
+    let answered = tokio::time::timeout(Duration::from_secs(5), other.reply()).await;
+    assert_eq!(
+        answered.ok().flatten(),
+        Some(7),
+        "a small reply waited behind other connections' unread chunks"
+    );
+    assert!(node.in_use(Part::Reply) <= 4 << 20);
+}
+
+#[tokio::test]
 async fn one_peer_cannot_take_every_place() {
     let limits = ConnectionLimits {
         max_connections_per_peer: std::num::NonZeroUsize::new(2).unwrap(),
