@@ -134,19 +134,19 @@ impl NodeMemory {
         self.store_share
     }
 
-    /// The most one take of `bytes` for `part` may have: a frame larger would
+    /// The most one take of `bytes` (a frame or a reply) may have: one larger would
     /// pass the number whatever else the node holds, so it is refused, not
     /// waited for.
-    pub fn largest(&self, _part: Part, bytes: usize) -> u64 {
+    pub fn largest(&self, bytes: usize) -> u64 {
         match goes_large(bytes) {
             true => u64::from(self.large.size),
             false => self.network(),
         }
     }
 
-    /// Whether `bytes` for `part` can ever be taken.
-    pub fn check(&self, part: Part, bytes: usize) -> Result<(), TooLarge> {
-        self.permits(part, bytes).map(|_| ())
+    /// Whether `bytes` (a frame or a reply) can ever be taken.
+    pub fn check(&self, bytes: usize) -> Result<(), TooLarge> {
+        self.permits(bytes).map(|_| ())
     }
 
     /// Bytes held now for `part`.
@@ -168,7 +168,7 @@ impl NodeMemory {
         part: Part,
         bytes: usize,
     ) -> Result<NetworkBytes, Option<TooLarge>> {
-        let permits = self.permits(part, bytes).map_err(Some)?;
+        let permits = self.permits(bytes).map_err(Some)?;
         let large = match goes_large(bytes) {
             true => Some(self.large.try_take(permits).ok_or(None)?),
             false => None,
@@ -185,7 +185,7 @@ impl NodeMemory {
         part: Part,
         bytes: usize,
     ) -> Result<NetworkBytes, TooLarge> {
-        let permits = self.permits(part, bytes)?;
+        let permits = self.permits(bytes)?;
         let large = match goes_large(bytes) {
             true => Some(self.large.take(permits).await),
             false => None,
@@ -194,8 +194,8 @@ impl NodeMemory {
         Ok(self.held(part, bytes, large, network))
     }
 
-    fn permits(&self, part: Part, bytes: usize) -> Result<u32, TooLarge> {
-        let limit = self.largest(part, bytes);
+    fn permits(&self, bytes: usize) -> Result<u32, TooLarge> {
+        let limit = self.largest(bytes);
         match bytes as u64 <= limit {
             true => Ok((bytes as u32).max(1)),
             false => Err(TooLarge {
@@ -254,11 +254,9 @@ mod tests {
     fn shares_add_up_to_the_number() {
         let m = NodeMemory::new(64 << 20, 16 << 20);
         assert_eq!(m.store_share() + m.network(), 64 << 20);
-        let large = m.largest(Part::InFlight, 1 << 20);
+        let large = m.largest(1 << 20);
         assert_eq!(large, 12 << 20, "large frames leave a quarter");
-        assert_eq!(m.largest(Part::InFlight, SMALL), 16 << 20);
-        assert_eq!(m.largest(Part::Reply, 1 << 20), 12 << 20);
-        assert_eq!(m.largest(Part::Reply, SMALL), 16 << 20);
+        assert_eq!(m.largest(SMALL), 16 << 20, "frames and replies alike");
     }
 
     #[test]

@@ -273,7 +273,7 @@ impl<M> Replier<M> {
         let (connection, protocol, node) = &*self.pools;
         // The server sizes its replies (chunks, read buffers), not the client: one
         // larger than the node's share takes all of it rather than failing.
-        let bytes = bytes.min(node.largest(Part::Reply, bytes) as usize);
+        let bytes = bytes.min(node.largest(bytes) as usize);
         // A small reply (a control message's answer) takes room in its connection's
         // pool only, as a small frame does, so it never waits behind other
         // connections' unread chunks.
@@ -749,8 +749,7 @@ async fn room_for<E>(
     closed: &CancellationToken,
 ) -> Result<Option<HeldBytes>, ReadEnd<E>> {
     let (connection, protocol, node) = incoming;
-    node.check(Part::InFlight, frame_len)
-        .map_err(ReadEnd::TooLarge)?;
+    node.check(frame_len).map_err(ReadEnd::TooLarge)?;
     let shared = (frame_len > SMALL_FRAME).then_some(protocol);
     let taking = take(
         connection,
