@@ -1,6 +1,7 @@
 //! `switchyard-bench`: benchmarks that print figures and a ratio against a
 //! baseline measured in the same run. They drive a server through the test
-//! clients of `switchyard-clients` (uniffle, celeborn, flink, overload, scale) or
+//! clients of `switchyard-clients` (uniffle, celeborn, flink, overload, scale,
+//! soak: a fleet of nodes it starts itself) or
 //! the store in process (storage, cold, restart, memory-wait); the
 //! `switchyard` server binary links none of it.
 //!
@@ -22,6 +23,7 @@ pub mod overload;
 pub mod report;
 pub mod restart;
 pub mod scale;
+pub mod soak;
 pub mod storage;
 pub mod uniffle;
 
@@ -63,6 +65,10 @@ pub enum Command {
     /// both protocols held at once; RSS per partition, push/read latency,
     /// idle CPU, kill -9 and restart, unregister and expiry.
     Scale(scale::ScaleBenchArgs),
+    /// Hours of mixed load of both protocols on a fleet with replication
+    /// while nodes are killed, restarted, decommissioned and cut off; every
+    /// acknowledged record must be read back exactly once.
+    Soak(soak::SoakArgs),
 }
 
 /// Why a bench run did not complete.
@@ -93,6 +99,7 @@ pub fn run(command: Command) -> Result<(), BenchError> {
             Command::MemoryWait(args) => memory_wait::run(args).await,
             Command::Overload(args) => overload::run(args).await,
             Command::Scale(args) => scale::run(args).await,
+            Command::Soak(args) => soak::run(args).await,
         }
     })?;
     Ok(())

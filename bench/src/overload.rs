@@ -20,7 +20,7 @@ use crate::report::{self, gbps, mib};
 use crate::uniffle::UniffleBenchArgs;
 
 /// Allowed beyond the two budgets: code, runtime, connection buffers.
-const OVERHEAD: u64 = 64 << 20;
+pub(crate) const OVERHEAD: u64 = 64 << 20;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct OverloadBenchArgs {
@@ -48,7 +48,7 @@ pub struct OverloadBenchArgs {
 }
 
 /// The body of a GET on the node's admin HTTP.
-async fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+pub(crate) async fn admin_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
     let url = format!("http://{addr}{path}");
     let client = reqwest::Client::builder()
         // The admin port is inside the cluster network; never via a proxy.

@@ -733,7 +733,20 @@ impl ShuffleServer {
 pub struct NettyConnection {
     next: AtomicI64,
     pending: Arc<Mutex<HashMap<i64, oneshot::Sender<Message>>>>,
+    /// Set by the reader once the connection closed, before it fails the
+    /// callers waiting: a call registered after that fails at once instead
+    /// of waiting out its timeout.
+    closed: Arc<std::sync::atomic::AtomicBool>,
     tx: mpsc::Sender<Message>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for NettyConnection {
+    /// Closes the socket: the reader task holds its other half, and would
+    /// keep the connection open until the server hung up.
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl NettyConnection {
@@ -753,19 +766,24 @@ impl NettyConnection {
             }
         });
         let p = pending.clone();
-        tokio::spawn(async move {
+        let closed: Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let c = closed.clone();
+        let reader = tokio::spawn(async move {
             while let Some(Ok(m)) = frames.next().await {
                 if let Some(tx) = p.lock().remove(&m.request_id()) {
                     let _ = tx.send(m);
                 }
             }
             // Connection closed: callers waiting get an error.
+            c.store(true, Ordering::SeqCst);
             p.lock().clear();
         });
         Ok(NettyConnection {
             next: AtomicI64::new(1),
             pending,
+            closed,
             tx,
+            reader,
         })
     }
 
@@ -775,7 +793,12 @@ impl NettyConnection {
 
     pub async fn call(&self, request: Message) -> Result<Message> {
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(request.request_id(), tx);
+        let id = request.request_id();
+        self.pending.lock().insert(id, tx);
+        if self.closed.load(Ordering::SeqCst) {
+            self.pending.lock().remove(&id);
+            return Err(ClientError::Netty("connection closed".into()));
+        }
         self.tx
             .send(request)
             .await
@@ -784,5 +807,60 @@ impl NettyConnection {
             .await
             .map_err(|_| ClientError::Netty("timed out".into()))?
             .map_err(|_| ClientError::Netty("connection closed before the reply".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A dropped connection closes its socket at once; before, its reader
+    /// task kept the socket open until the server hung up, and a client
+    /// that connects per request ran a server into its per-peer limit.
+    #[tokio::test]
+    async fn a_dropped_netty_connection_closes_its_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connection = NettyConnection::connect(addr).await.unwrap();
+        let (mut server_side, _) = listener.accept().await.unwrap();
+        drop(connection);
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(5), server_side.read(&mut buf))
+            .await
+            .expect("the socket was not closed within 5 s");
+        assert_eq!(read.unwrap(), 0, "EOF");
+    }
+
+    /// A call on a connection the server closed fails at once.
+    #[tokio::test]
+    async fn a_call_after_the_server_hung_up_fails_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connection = NettyConnection::connect(addr).await.unwrap();
+        drop(listener.accept().await.unwrap());
+        // The reader sees the close.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !connection.closed.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "close not seen");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let request = Message::GetMemoryShuffleData(netty::GetMemoryShuffleDataRequest {
+            request_id: connection.next_id(),
+            app_id: "app".into(),
+            shuffle_id: 0,
+            partition_id: 0,
+            last_block_id: -1,
+            read_buffer_size: 1024,
+            timestamp: 0,
+            expected_task_ids_bitmap: None,
+        });
+        let started = std::time::Instant::now();
+        assert!(connection.call(request).await.is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

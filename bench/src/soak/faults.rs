@@ -1,0 +1,216 @@
+//! The faults the soak injects into its fleet, one at a time: each is
+//! injected, held, repaired, and the fleet is given a quiet spell before
+//! the next. Process faults signal a node by PID; a network cut drops the
+//! node's loopback address with iptables rules tagged with a comment, which
+//! [`Cut`] removes again (also when dropped, so a failed run leaves none).
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context};
+use nix::sys::signal::Signal;
+
+use super::fleet::{Fleet, Role, ADMIN_TOKEN};
+use super::spec::Rng;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum FaultKind {
+    /// kill -9 of a worker-only node, restarted after the hold.
+    KillWorker,
+    /// kill -9 of the coordinator-only node, restarted after the hold.
+    KillCoordinator,
+    /// kill -9 of the node that coordinates and is a worker.
+    KillBoth,
+    /// SIGTERM (graceful stop) of any node, started again at once.
+    Restart,
+    /// Decommission of a worker mid-write: it exits once no application
+    /// holds data on it, and is started again.
+    Decommission,
+    /// A worker cut off the network (iptables on its address), let back
+    /// after the hold.
+    Cut,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 6] = [
+        FaultKind::KillWorker,
+        FaultKind::KillCoordinator,
+        FaultKind::KillBoth,
+        FaultKind::Restart,
+        FaultKind::Decommission,
+        FaultKind::Cut,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillWorker => "kill -9 worker",
+            FaultKind::KillCoordinator => "kill -9 coordinator",
+            FaultKind::KillBoth => "kill -9 coordinator+worker",
+            FaultKind::Restart => "SIGTERM + restart",
+            FaultKind::Decommission => "decommission mid-write",
+            FaultKind::Cut => "network cut (iptables)",
+        }
+    }
+}
+
+/// The comment that tags the soak's iptables rules.
+const TAG: &str = "switchyard-soak";
+
+/// How long a graceful stop or a decommission may take.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+const DECOMMISSION_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Injects `kind`, holds it for `hold`, and repairs it; returns which node
+/// it hit.
+pub async fn inject(
+    kind: FaultKind,
+    fleet: &mut Fleet,
+    rng: &mut Rng,
+    hold: Duration,
+) -> anyhow::Result<usize> {
+    let node = target(kind, fleet, rng);
+    match kind {
+        FaultKind::KillWorker | FaultKind::KillCoordinator | FaultKind::KillBoth => {
+            fleet
+                .signal(node, Signal::SIGKILL, Duration::from_secs(10))
+                .await?;
+            tokio::time::sleep(hold).await;
+            fleet.launch(node).await?;
+        }
+        FaultKind::Restart => {
+            fleet.signal(node, Signal::SIGTERM, STOP_TIMEOUT).await?;
+            fleet.launch(node).await?;
+        }
+        FaultKind::Decommission => {
+            decommission(fleet, node).await?;
+            fleet
+                .wait_exit(node, DECOMMISSION_TIMEOUT)
+                .await
+                .context("decommissioned node did not exit")?;
+            fleet.launch(node).await?;
+        }
+        FaultKind::Cut => {
+            let cut = Cut::new(fleet.node(node).ip.to_string())?;
+            tokio::time::sleep(hold).await;
+            cut.heal()?;
+        }
+    }
+    Ok(node)
+}
+
+fn target(kind: FaultKind, fleet: &Fleet, rng: &mut Rng) -> usize {
+    let of = |role: Role| -> Vec<usize> {
+        fleet
+            .nodes
+            .iter()
+            .filter(|n| n.role == role)
+            .map(|n| n.index)
+            .collect()
+    };
+    let pick = |list: Vec<usize>, rng: &mut Rng| list[rng.range(0, list.len() as u64 - 1) as usize];
+    match kind {
+        FaultKind::KillCoordinator => pick(of(Role::Coordinator), rng),
+        FaultKind::KillBoth => pick(of(Role::Both), rng),
+        FaultKind::Restart => rng.range(1, fleet.nodes.len() as u64) as usize,
+        FaultKind::KillWorker | FaultKind::Decommission | FaultKind::Cut => {
+            pick(of(Role::Worker), rng)
+        }
+    }
+}
+
+async fn decommission(fleet: &Fleet, node: usize) -> anyhow::Result<()> {
+    let url = format!("http://{}/api/v1/decommission", fleet.node(node).admin());
+    let response = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()?
+        .post(&url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    ensure!(
+        response.status().as_u16() == 202,
+        "POST {url} answered {}",
+        response.status()
+    );
+    Ok(())
+}
+
+/// iptables rules that drop every packet to or from one loopback address.
+pub struct Cut {
+    ip: String,
+    healed: bool,
+}
+
+impl Cut {
+    pub fn new(ip: String) -> anyhow::Result<Cut> {
+        let cut = Cut { ip, healed: false };
+        for rule in cut.rules() {
+            iptables("-I", &rule)?;
+        }
+        Ok(cut)
+    }
+
+    fn rules(&self) -> [Vec<String>; 2] {
+        let rule = |dir: &str| {
+            [
+                "INPUT",
+                dir,
+                &self.ip,
+                "-m",
+                "comment",
+                "--comment",
+                TAG,
+                "-j",
+                "DROP",
+            ]
+            .map(String::from)
+            .to_vec()
+        };
+        [rule("-s"), rule("-d")]
+    }
+
+    pub fn heal(mut self) -> anyhow::Result<()> {
+        self.healed = true;
+        for rule in self.rules() {
+            iptables("-D", &rule)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        if !self.healed {
+            for rule in self.rules() {
+                let _ = iptables("-D", &rule);
+            }
+        }
+    }
+}
+
+fn iptables(op: &str, rule: &[String]) -> anyhow::Result<()> {
+    let out = Command::new("iptables")
+        .arg("-w")
+        .arg(op)
+        .args(rule)
+        .output()
+        .context("iptables (Debian's iptables package; the soak runs as root)")?;
+    if !out.status.success() {
+        bail!(
+            "iptables {op} {}: {}",
+            rule.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Whether iptables can be used here (root, the command present).
+pub fn iptables_usable() -> bool {
+    Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}

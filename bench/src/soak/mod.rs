@@ -1,0 +1,402 @@
+//! `switchyard-bench soak`: a fleet of `switchyard` nodes on 127.0.0.2..
+//! with replication, under a steady mixed load of both protocols for a
+//! given time while faults are injected on a schedule, and a verifier that
+//! proves every acknowledged record was read back exactly once (or the
+//! client got a clear error and the application's rerun succeeded).
+//!
+//! - [`record`]: the self-checking records every application writes;
+//! - [`ledger`]: what was acknowledged against what was read;
+//! - [`spec`]: the seeded generator of applications (sizes, skew);
+//! - [`uniffle_app`], [`celeborn_app`]: one application attempt each;
+//! - [`fleet`]: the node processes; [`faults`]: what is done to them;
+//! - [`probe`]: latencies in and out of faults; [`tally`]: the report.
+//!
+//! Each run prints its seed; `--seed` replays the same applications and the
+//! same fault order (timing on a shared machine varies).
+
+pub mod celeborn_app;
+pub mod faults;
+pub mod fleet;
+pub mod ledger;
+pub mod probe;
+pub mod record;
+pub mod spec;
+pub mod tally;
+pub mod uniffle_app;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use parking_lot::Mutex;
+use switchyard_clients::uniffle::Transport;
+
+use faults::FaultKind;
+use fleet::Fleet;
+use probe::Probe;
+use spec::{AppSpec, Rng};
+use tally::{Load, NodeMemory, Tally};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakArgs {
+    /// The `switchyard` binary the fleet runs.
+    #[arg(long, default_value = "target/release/switchyard")]
+    pub bin: PathBuf,
+    /// Nodes: node 1 coordinates, node 2 coordinates and works, the rest work.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: usize,
+    /// How long the load runs, in seconds (faults stop a hold and a quiet
+    /// spell before the end).
+    #[arg(long, default_value_t = 600)]
+    pub duration: u64,
+    /// The run's seed (applications and fault order); printed, random when absent.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Every node's `storage.memory.capacity`.
+    #[arg(long, default_value = "128MiB")]
+    pub memory: String,
+    /// Concurrent applications per load (Uniffle GRPC, Uniffle GRPC_NETTY, Celeborn).
+    #[arg(long, default_value_t = 2)]
+    pub clients: usize,
+    /// Seconds of quiet between one fault's repair and the next fault.
+    #[arg(long, default_value_t = 20)]
+    pub quiet: u64,
+    /// Seconds a fault is held before it is repaired.
+    #[arg(long, default_value_t = 8)]
+    pub hold: u64,
+    /// The loads to run (default: every one).
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Vec<Load>,
+    /// The faults to inject, in turn (default: every kind).
+    #[arg(long, value_delimiter = ',')]
+    pub faults: Vec<FaultKind>,
+    /// Also write the report (Markdown) to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Keep the fleet's directories (configs, data, logs) here instead of a
+    /// temporary directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// How long an application attempt may take before the client gives up
+/// (the stock clients' RPC timeouts are of this order).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Attempts of one application before it counts as failed.
+const ATTEMPTS: u32 = 8;
+/// How long one request may go unanswered before the client gives up on
+/// it and names the step (a cut node answers nothing).
+const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+/// A fault's latency window lasts this long past its repair.
+const SETTLE: Duration = Duration::from_secs(10);
+
+pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let kinds = if args.faults.is_empty() {
+        FaultKind::ALL.to_vec()
+    } else {
+        args.faults.clone()
+    };
+    println!(
+        "soak: {} nodes, {} s, seed {seed} (replay: --seed {seed}), faults {:?}",
+        args.nodes, args.duration, kinds
+    );
+    if kinds.contains(&FaultKind::Cut) {
+        ensure!(
+            faults::iptables_usable(),
+            "the cut fault needs iptables as root (apt-get install iptables), or leave it out with --faults"
+        );
+    }
+    let mut fleet = Fleet::start(
+        args.bin.clone(),
+        args.nodes,
+        &args.memory,
+        "",
+        args.dir.clone(),
+    )
+    .await?;
+    let bounds = memory_bounds(&fleet).await?;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.duration);
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let probe = Probe::default();
+    let pids = Arc::new(Mutex::new(fleet.pids()));
+    let memory = Arc::new(Mutex::new(NodeMemory::new(&fleet, bounds)));
+    let sampler = tokio::spawn(sample_rss(pids.clone(), memory.clone()));
+
+    let loads = spawn_loads(&args, seed, &fleet, deadline, &tally, &probe);
+    let schedule = faults_schedule(
+        &args, seed, &kinds, &mut fleet, &pids, deadline, &tally, &probe,
+    )
+    .await;
+    for handle in loads {
+        handle.await.context("a load task panicked")?;
+    }
+    let load_time = started.elapsed();
+    let leftovers = wait_for_cleanup(&fleet).await;
+    sampler.abort();
+    let report = tally.lock().report(tally::Context {
+        seed,
+        nodes: args.nodes,
+        load_time,
+        probe: &probe,
+        memory: &memory.lock(),
+        leftovers: &leftovers,
+        kinds: &kinds,
+    });
+    println!("{report}");
+    if let Some(path) = &args.report {
+        std::fs::write(path, &report).with_context(|| format!("write {}", path.display()))?;
+    }
+    schedule?;
+    let t = tally.lock();
+    ensure!(
+        t.passed(&memory.lock(), &leftovers, &kinds),
+        "the soak failed: see the report above"
+    );
+    Ok(())
+}
+
+/// Each node's memory number: its `storage.memory` node capacity, its read
+/// budget and what the overload bench allows beyond them (code, runtime).
+async fn memory_bounds(fleet: &Fleet) -> anyhow::Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for node in &fleet.nodes {
+        let status: serde_json::Value = serde_json::from_str(
+            &crate::overload::admin_get(node.admin(), "/api/v1/status").await?,
+        )?;
+        let m = &status["storage"]["memory"];
+        let number = m["node_capacity"]
+            .as_u64()
+            .context("storage.memory.node_capacity")?;
+        out.push(number + m["read_capacity"].as_u64().unwrap_or(0) + crate::overload::OVERHEAD);
+    }
+    Ok(out)
+}
+
+/// Reads every running node's peak RSS (VmHWM) twice a second.
+async fn sample_rss(pids: Arc<Mutex<Vec<(usize, u32)>>>, memory: Arc<Mutex<NodeMemory>>) {
+    loop {
+        let now: Vec<(usize, u32)> = pids.lock().clone();
+        for (node, pid) in now {
+            if let Some(peak) = crate::report::peak_rss_of(pid) {
+                memory.lock().saw(node, peak);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn spawn_loads(
+    args: &SoakArgs,
+    seed: u64,
+    fleet: &Fleet,
+    deadline: Instant,
+    tally: &Arc<Mutex<Tally>>,
+    probe: &Probe,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let coordinators: Vec<String> = fleet
+        .nodes
+        .iter()
+        .filter(|n| n.role != fleet::Role::Worker)
+        .map(|n| n.ip.to_string())
+        .collect();
+    let next_app = Arc::new(AtomicU32::new(1));
+    let mut handles = Vec::new();
+    let loads = if args.loads.is_empty() {
+        Load::ALL.to_vec()
+    } else {
+        args.loads.clone()
+    };
+    for (k, load) in loads.into_iter().enumerate() {
+        for c in 0..args.clients {
+            let rng = Rng::new(seed ^ ((k * 1000 + c) as u64).wrapping_mul(0x9E37_79B9));
+            let ctx = LoadTask {
+                load,
+                coordinators: coordinators.clone(),
+                next_app: next_app.clone(),
+                tally: tally.clone(),
+                probe: probe.clone(),
+            };
+            handles.push(tokio::spawn(ctx.run(rng, deadline)));
+        }
+    }
+    handles
+}
+
+struct LoadTask {
+    load: Load,
+    coordinators: Vec<String>,
+    next_app: Arc<AtomicU32>,
+    tally: Arc<Mutex<Tally>>,
+    probe: Probe,
+}
+
+impl LoadTask {
+    /// Applications one after the other until the deadline.
+    async fn run(self, mut rng: Rng, deadline: Instant) {
+        while Instant::now() < deadline {
+            let shape = AppSpec::draw(&mut rng, 0);
+            self.application(shape).await;
+        }
+    }
+
+    /// One application: attempts until one is verified or all failed.
+    async fn application(&self, shape: AppSpec) {
+        for attempt in 1..=ATTEMPTS {
+            let spec = AppSpec {
+                app_no: self.next_app.fetch_add(1, Ordering::Relaxed),
+                ..shape.clone()
+            };
+            let app = format!("soak-{}-{}", self.load.slug(), spec.app_no);
+            let outcome = tokio::time::timeout(ATTEMPT_TIMEOUT, self.attempt(&app, &spec)).await;
+            let outcome = match outcome {
+                Ok(r) => r,
+                Err(_) => Err(anyhow::anyhow!(
+                    "attempt timed out: no answer within {ATTEMPT_TIMEOUT:?}"
+                )),
+            };
+            match outcome {
+                Ok(verdict) => {
+                    self.tally
+                        .lock()
+                        .verified(self.load, &spec, verdict, attempt);
+                    return;
+                }
+                Err(e) => {
+                    self.tally.lock().attempt_failed(self.load, &e);
+                    let backoff = Duration::from_secs(1 << (attempt - 1).min(3));
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+        self.tally.lock().application_failed(self.load);
+    }
+
+    async fn attempt(&self, app: &str, spec: &AppSpec) -> anyhow::Result<ledger::Verdict> {
+        let uniffle = |t| {
+            let coordinators: Vec<String> = self
+                .coordinators
+                .iter()
+                .map(|ip| format!("{ip}:19999"))
+                .collect();
+            (t, coordinators)
+        };
+        match self.load {
+            Load::UniffleGrpc | Load::UniffleNetty => {
+                let transport = if self.load == Load::UniffleGrpc {
+                    Transport::Grpc
+                } else {
+                    Transport::GrpcNetty
+                };
+                let (t, coordinators) = uniffle(transport);
+                uniffle_app::run(app, spec, t, &coordinators, &self.probe).await
+            }
+            Load::Celeborn => {
+                let masters: Vec<String> = self
+                    .coordinators
+                    .iter()
+                    .map(|ip| format!("{ip}:9097"))
+                    .collect();
+                celeborn_app::run(app, spec, &masters, &self.probe).await
+            }
+        }
+    }
+}
+
+/// One client step: its error, or its silence past [`RPC_TIMEOUT`], named
+/// by `what`.
+pub(crate) async fn step<T, E, F>(what: impl FnOnce() -> String, f: F) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: Into<anyhow::Error>,
+{
+    match tokio::time::timeout(RPC_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| e.into().context(what())),
+        Err(_) => Err(anyhow::anyhow!(
+            "{}: no answer within {RPC_TIMEOUT:?}",
+            what()
+        )),
+    }
+}
+
+/// Injects the faults in turn (each round in a seeded order) until a hold
+/// and a quiet spell no longer fit before the deadline.
+#[allow(clippy::too_many_arguments)]
+async fn faults_schedule(
+    args: &SoakArgs,
+    seed: u64,
+    kinds: &[FaultKind],
+    fleet: &mut Fleet,
+    pids: &Mutex<Vec<(usize, u32)>>,
+    deadline: Instant,
+    tally: &Mutex<Tally>,
+    probe: &Probe,
+) -> anyhow::Result<()> {
+    let mut rng = Rng::new(seed.rotate_left(17));
+    let (quiet, hold) = (
+        Duration::from_secs(args.quiet),
+        Duration::from_secs(args.hold),
+    );
+    let mut order: Vec<FaultKind> = Vec::new();
+    loop {
+        tokio::time::sleep(quiet).await;
+        if Instant::now() + hold + quiet + SETTLE >= deadline {
+            return Ok(());
+        }
+        if order.is_empty() {
+            order = kinds.to_vec();
+            // A seeded shuffle (Fisher-Yates) of each round.
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.range(0, i as u64) as usize);
+            }
+        }
+        let kind = order.pop().expect("refilled");
+        probe.set_faulting(true);
+        let began = Instant::now();
+        let result = faults::inject(kind, fleet, &mut rng, hold).await;
+        *pids.lock() = fleet.pids();
+        let at = began
+            .duration_since(deadline - Duration::from_secs(args.duration))
+            .as_secs();
+        let line = match &result {
+            Ok(node) => format!(
+                "{at} s: {} on node {node}, repaired after {:.1} s",
+                kind.name(),
+                began.elapsed().as_secs_f64()
+            ),
+            Err(e) => format!("{at} s: {} FAILED: {e:#}", kind.name()),
+        };
+        println!("{line}");
+        tally
+            .lock()
+            .fault(kind, line, began.elapsed(), result.as_ref().err());
+        if let Err(e) = result {
+            // A node that could not be brought back: the rest of the run
+            // would not be this fleet any more.
+            probe.set_faulting(false);
+            return Err(e.context(format!("fault {}", kind.name())));
+        }
+        tokio::time::sleep(SETTLE).await;
+        probe.set_faulting(false);
+    }
+}
+
+/// Waits up to two application leases for every node's data directories to
+/// hold nothing but node state; returns what is left.
+async fn wait_for_cleanup(fleet: &Fleet) -> Vec<PathBuf> {
+    let until = Instant::now() + Duration::from_secs(75);
+    loop {
+        let left = fleet.leftovers();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
