@@ -166,6 +166,10 @@ pub struct AdminConfig {
     pub token: Option<Secret>,
     /// The Celeborn and Uniffle admin APIs, on their own ports.
     pub vendor: crate::admin::vendor::VendorApiConfig,
+    /// For soak and chaos tests only: `POST /api/v1/faults/disk` (with the
+    /// token) makes a data directory fail or hang. Off by default, and then
+    /// the store runs without the fault layer at all.
+    pub fault_injection: bool,
 }
 
 impl Default for AdminConfig {
@@ -174,6 +178,7 @@ impl Default for AdminConfig {
             listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid default address"),
             token: None,
             vendor: Default::default(),
+            fault_injection: false,
         }
     }
 }

@@ -92,7 +92,11 @@ pub async fn serve(
     config.uniffle.server_id = Some(identity.id.clone());
     let upkeep = spawn_metrics_upkeep(metrics.clone());
 
-    let store = open_store(&config, numa).await?;
+    let disk_faults = config.admin.fault_injection.then(|| {
+        warn!("admin.fault_injection is on: POST /api/v1/faults/disk can fail or hang this node's disks (tests only)");
+        Arc::new(switchyard_storage::fault::SwitchedFaults::default())
+    });
+    let store = open_store(&config, numa, disk_faults.clone()).await?;
     let roles = Roles::start(&config, &identity, &store, admin_addr).await?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -107,6 +111,7 @@ pub async fn serve(
         coordination: roles.coordination.clone(),
         decommission: roles.decommission.clone(),
         token: config.admin.token.clone(),
+        disk_faults,
     };
     let local = config
         .cluster
@@ -182,6 +187,7 @@ fn spawn_metrics_upkeep(metrics: PrometheusHandle) -> JoinHandle<()> {
 async fn open_store(
     config: &GatewayConfig,
     numa: Option<&crate::numa::NodeRuntimes>,
+    faults: Option<Arc<switchyard_storage::fault::SwitchedFaults>>,
 ) -> anyhow::Result<Arc<Store>> {
     info!(
         version = admin::VERSION,
@@ -192,7 +198,8 @@ async fn open_store(
     );
     // With NUMA placement, each disk's I/O runs on its node's runtime and
     // frame-port connections are spread over the node runtimes.
-    let store = Store::open_placed(config.storage.clone(), &|dir| {
+    let faults = faults.map(|f| f as Arc<dyn switchyard_storage::fault::DiskFaults>);
+    let store = Store::open_placed_with_faults(config.storage.clone(), faults, &|dir| {
         numa.and_then(|n| n.for_dir(dir))
     })
     .await

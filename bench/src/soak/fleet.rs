@@ -76,7 +76,7 @@ fn config_text(node: &Node, nodes: usize, memory: &str, extra: &str) -> String {
     debug_assert!(nodes >= 3);
     format!(
         "[node]\nhost = \"{ip}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\n[log]\nlevel = \"info\"\n\n\
-         [storage.memory]\ncapacity = \"{memory}\"\n\n\
+         [storage.memory]\ncapacity = \"{memory}\"\nread_capacity = \"64MiB\"\n\n\
          [storage.disks]\ndirs = [\"{data}\"]\nmin_free = \"16MiB\"\n\n\
          [storage.apps]\nexpiry = \"30s\"\nexpiry_check_interval = \"2s\"\n\n\
          [celeborn]\napp_timeout = \"30s\"\n\n\
@@ -221,6 +221,29 @@ impl Fleet {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(())
+    }
+
+    /// Node `i`'s memory number as `switchyard check-config` figures it for
+    /// a container: every budget of its config plus the process overhead.
+    pub fn memory_number(&self, i: usize) -> anyhow::Result<u64> {
+        let out = Command::new(&self.bin)
+            .arg("check-config")
+            .arg(&self.nodes[i - 1].config)
+            .env_remove("SWITCHYARD_ADMIN_TOKEN")
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "check-config of node {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let figure = text
+            .lines()
+            .find_map(|l| l.split("container memory >= ").nth(1))
+            .and_then(|rest| rest.split(" MiB").next())
+            .and_then(|mib| mib.parse::<f64>().ok())
+            .context("check-config printed no container memory figure")?;
+        Ok((figure * 1048576.0) as u64)
     }
 
     /// The running nodes' PIDs, by index.

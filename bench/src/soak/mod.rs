@@ -121,7 +121,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         args.dir.clone(),
     )
     .await?;
-    let bounds = memory_bounds(&fleet).await?;
+    let bounds = memory_bounds(&fleet)?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration);
     let tally = Arc::new(Mutex::new(Tally::default()));
@@ -163,21 +163,11 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Each node's memory number: its `storage.memory` node capacity, its read
-/// budget and what the overload bench allows beyond them (code, runtime).
-async fn memory_bounds(fleet: &Fleet) -> anyhow::Result<Vec<u64>> {
-    let mut out = Vec::new();
-    for node in &fleet.nodes {
-        let status: serde_json::Value = serde_json::from_str(
-            &crate::overload::admin_get(node.admin(), "/api/v1/status").await?,
-        )?;
-        let m = &status["storage"]["memory"];
-        let number = m["node_capacity"]
-            .as_u64()
-            .context("storage.memory.node_capacity")?;
-        out.push(number + m["read_capacity"].as_u64().unwrap_or(0) + crate::overload::OVERHEAD);
-    }
-    Ok(out)
+/// Each node's memory number (`check-config`'s container figure).
+fn memory_bounds(fleet: &Fleet) -> anyhow::Result<Vec<u64>> {
+    (1..=fleet.nodes.len())
+        .map(|i| fleet.memory_number(i))
+        .collect()
 }
 
 /// Reads every running node's peak RSS (VmHWM) twice a second.

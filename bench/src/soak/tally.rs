@@ -281,7 +281,7 @@ impl Tally {
 }
 
 fn memory_table(r: &mut String, m: &NodeMemory) {
-    let _ = writeln!(r, "| node | role | peak RSS (first seen at) | memory number + read budget + 64 MiB | within |\n|---|---|---|---|---|");
+    let _ = writeln!(r, "| node | role | peak RSS (first seen at) | memory number (check-config's container figure) | within |\n|---|---|---|---|---|");
     for (node, role, peak, bound, at) in &m.nodes {
         let _ = writeln!(
             r,

@@ -2,6 +2,7 @@
 //! throughput history, and the web status page built on them.
 
 mod apps;
+mod faults;
 pub mod migration;
 mod page;
 pub mod throughput;
@@ -38,6 +39,8 @@ pub struct AdminState {
     pub decommission: Arc<crate::decommission::Decommission>,
     /// `admin.token`: what mutating endpoints require.
     pub token: Option<switchyard_storage::Secret>,
+    /// The disks' switchable faults, with `admin.fault_injection` only.
+    pub disk_faults: Option<Arc<switchyard_storage::fault::SwitchedFaults>>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -50,6 +53,10 @@ pub fn router(state: AdminState) -> Router {
         .route(
             "/api/v1/decommission",
             axum::routing::post(decommission).delete(cancel_decommission),
+        )
+        .route(
+            "/api/v1/faults/disk",
+            axum::routing::post(faults::set_disk_fault),
         )
         .route("/api/v1/throughput", get(throughput))
         .route("/api/v1/migration", get(migration))
@@ -147,7 +154,7 @@ async fn cluster(State(state): State<AdminState>) -> axum::response::Response {
 
 /// Whether the request carries `Authorization: Bearer <admin.token>`
 /// (compared in constant time); never without a configured token.
-fn authorised(
+pub(crate) fn authorised(
     state: &AdminState,
     headers: &axum::http::HeaderMap,
 ) -> Result<(), (StatusCode, &'static str)> {

@@ -67,13 +67,25 @@ pub fn http_request(
     path: &str,
     json: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
+    http_request_as(addr, method, path, json, None)
+}
+
+/// As [`http_request`], with `Authorization: Bearer <token>` when given.
+pub fn http_request_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    json: Option<&str>,
+    token: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     let body = json.unwrap_or("");
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )?;
     let mut buf = Vec::new();

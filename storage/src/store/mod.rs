@@ -97,6 +97,16 @@ impl Store {
         Self::open_inner(config, None, io).await
     }
 
+    /// As [`Store::open_placed`], with `faults` in every disk's stack (a
+    /// node whose admin HTTP may switch disk faults).
+    pub async fn open_placed_with_faults(
+        config: StoreConfig,
+        faults: Option<Arc<dyn DiskFaults>>,
+        io: &(dyn Fn(&std::path::Path) -> Option<tokio::runtime::Handle> + Sync),
+    ) -> Result<Arc<Store>> {
+        Self::open_inner(config, faults, io).await
+    }
+
     async fn open_inner(
         config: StoreConfig,
         faults: Option<Arc<dyn DiskFaults>>,

@@ -1,13 +1,16 @@
 //! Fault injection for local disks, so tests can show that a failing or
 //! hanging disk loses no acknowledged block. Production stores run without
 //! it: the [`Faults`] layer is in a disk's stack only when the store was
-//! opened with a [`DiskFaults`].
+//! opened with a [`DiskFaults`]. [`SwitchedFaults`] is the one a running
+//! node's admin HTTP switches (soak and chaos tests of a fleet).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
 
 pub use super::io::DiskOp;
 use super::io::{DiskIo, ReadAt, SegmentWrite, Space};
@@ -22,6 +25,68 @@ pub trait DiskFaults: Send + Sync + 'static {
     /// device in uninterruptible sleep (D state) would stop a real one:
     /// blocking here is how a test hangs a disk. Default: nothing.
     fn on_io_thread(&self, _dir: &Path, _op: DiskOp) {}
+}
+
+/// What a switched disk does.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskFaultMode {
+    /// Works.
+    Off,
+    /// Writes and probes fail with an I/O error (after tearing the write,
+    /// as a dying device does).
+    Error,
+    /// Every call blocks on its I/O thread until the mode changes, as a
+    /// device in uninterruptible sleep.
+    Hang,
+}
+
+/// Faults switched per data directory while the store runs.
+#[derive(Default)]
+pub struct SwitchedFaults {
+    modes: Mutex<HashMap<PathBuf, DiskFaultMode>>,
+    changed: Condvar,
+}
+
+impl SwitchedFaults {
+    /// Puts the disk under `dir` (as configured) in `mode`; a hung disk's
+    /// calls go on once it leaves `Hang`.
+    pub fn set(&self, dir: &Path, mode: DiskFaultMode) {
+        let mut modes = self.modes.lock();
+        match mode {
+            DiskFaultMode::Off => modes.remove(dir),
+            _ => modes.insert(dir.to_path_buf(), mode),
+        };
+        self.changed.notify_all();
+    }
+
+    /// Every disk not `Off`, with its mode.
+    pub fn modes(&self) -> Vec<(PathBuf, DiskFaultMode)> {
+        let mut out: Vec<_> = self
+            .modes
+            .lock()
+            .iter()
+            .map(|(d, m)| (d.clone(), *m))
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+impl DiskFaults for SwitchedFaults {
+    fn before_write(&self, dir: &Path, _bytes: u64) -> Option<io::Error> {
+        (self.modes.lock().get(dir) == Some(&DiskFaultMode::Error))
+            .then(|| io::Error::other("injected disk error (admin fault injection)"))
+    }
+
+    fn on_io_thread(&self, dir: &Path, _op: DiskOp) {
+        let mut modes = self.modes.lock();
+        while modes.get(dir) == Some(&DiskFaultMode::Hang) {
+            self.changed.wait(&mut modes);
+        }
+    }
 }
 
 /// The [`DiskIo`] layer that consults a [`DiskFaults`] before each call of
@@ -109,6 +174,35 @@ mod tests {
                 .lock()
                 .push(format!("on_io_thread {}", op.label()));
         }
+    }
+
+    #[test]
+    fn switched_faults_fail_hang_and_recover_per_dir() {
+        let switched = Arc::new(SwitchedFaults::default());
+        let (a, b) = (Path::new("/disk0"), Path::new("/disk1"));
+        switched.set(a, DiskFaultMode::Error);
+        assert!(switched.before_write(a, 1).is_some());
+        assert!(switched.before_write(b, 1).is_none());
+        switched.set(b, DiskFaultMode::Hang);
+        assert_eq!(
+            switched.modes(),
+            vec![
+                (a.into(), DiskFaultMode::Error),
+                (b.into(), DiskFaultMode::Hang)
+            ]
+        );
+        let hung = {
+            let switched = switched.clone();
+            std::thread::spawn(move || switched.on_io_thread(Path::new("/disk1"), DiskOp::Read))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!hung.is_finished(), "a hung disk's call returned");
+        switched.on_io_thread(a, DiskOp::Read); // another disk is not held
+        switched.set(b, DiskFaultMode::Off);
+        hung.join().unwrap();
+        switched.set(a, DiskFaultMode::Off);
+        assert!(switched.before_write(a, 1).is_none());
+        assert!(switched.modes().is_empty());
     }
 
     #[test]
