@@ -29,16 +29,30 @@ pub enum FaultKind {
     /// A worker cut off the network (iptables on its address), let back
     /// after the hold.
     Cut,
+    /// One of a worker's disks fails every write and probe (the disk
+    /// fault layer, over admin HTTP), then works again.
+    DiskError,
+    /// One of a worker's disks hangs: every call blocks until released.
+    DiskHang,
+    /// A worker's small disk (a tmpfs) filled to its last MiBs by another
+    /// file, then emptied.
+    DiskFull,
+    /// The cold tier's S3 server killed, started again after the hold.
+    ColdStop,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::KillWorker,
         FaultKind::KillCoordinator,
         FaultKind::KillBoth,
         FaultKind::Restart,
         FaultKind::Decommission,
         FaultKind::Cut,
+        FaultKind::DiskError,
+        FaultKind::DiskHang,
+        FaultKind::DiskFull,
+        FaultKind::ColdStop,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,9 +63,29 @@ impl FaultKind {
             FaultKind::Restart => "SIGTERM + restart",
             FaultKind::Decommission => "decommission mid-write",
             FaultKind::Cut => "network cut (iptables)",
+            FaultKind::DiskError => "disk returns errors",
+            FaultKind::DiskHang => "disk hangs",
+            FaultKind::DiskFull => "disk fills up",
+            FaultKind::ColdStop => "S3 server stopped",
+        }
+    }
+
+    /// Why this fault cannot be injected into `fleet` here, if it cannot.
+    pub fn unavailable(self, fleet: &Fleet) -> Option<&'static str> {
+        match self {
+            FaultKind::Cut if !iptables_usable() => {
+                Some("needs iptables as root (apt-get install iptables)")
+            }
+            FaultKind::DiskFull if !fleet.small_disks => Some("needs tmpfs mounts (root)"),
+            FaultKind::ColdStop if fleet.s3.is_none() => Some("needs the cold tier (--s3-server)"),
+            _ => None,
         }
     }
 }
+
+/// The file the disk-full fault fills a small disk with (a leading dot: no
+/// application directory is named so, and the node leaves it alone).
+pub const BALLAST: &str = ".soak-ballast";
 
 /// The comment that tags the soak's iptables rules.
 const TAG: &str = "switchyard-soak";
@@ -61,7 +95,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 const DECOMMISSION_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// Injects `kind`, holds it for `hold`, and repairs it; returns which node
-/// it hit.
+/// it hit (0: none, the S3 server).
 pub async fn inject(
     kind: FaultKind,
     fleet: &mut Fleet,
@@ -94,8 +128,85 @@ pub async fn inject(
             tokio::time::sleep(hold).await;
             cut.heal()?;
         }
+        FaultKind::DiskError | FaultKind::DiskHang => {
+            let n = fleet.node(node);
+            let dir = if rng.range(0, 1) == 0 {
+                n.data_dir()
+            } else {
+                n.small_dir()
+            };
+            let mode = if kind == FaultKind::DiskError {
+                "error"
+            } else {
+                "hang"
+            };
+            switch_disk(n.admin(), &dir, mode).await?;
+            tokio::time::sleep(hold).await;
+            switch_disk(n.admin(), &dir, "off").await?;
+        }
+        FaultKind::DiskFull => {
+            let ballast = fleet.node(node).small_dir().join(BALLAST);
+            fill(&ballast)?;
+            tokio::time::sleep(hold).await;
+            std::fs::remove_file(&ballast).context("remove the ballast")?;
+        }
+        FaultKind::ColdStop => {
+            let s3 = fleet.s3.as_mut().context("no cold tier")?;
+            s3.kill()?;
+            tokio::time::sleep(hold).await;
+            s3.launch()?;
+        }
     }
     Ok(node)
+}
+
+/// Switches a disk's injected fault over the node's admin HTTP.
+async fn switch_disk(
+    admin: std::net::SocketAddr,
+    dir: &std::path::Path,
+    mode: &str,
+) -> anyhow::Result<()> {
+    let url = format!("http://{admin}/api/v1/faults/disk");
+    let response = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()?
+        .post(&url)
+        .bearer_auth(ADMIN_TOKEN)
+        .header("content-type", "application/json")
+        .body(serde_json::json!({ "dir": dir, "mode": mode }).to_string())
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    ensure!(
+        response.status().is_success(),
+        "POST {url} ({mode}) answered {}",
+        response.status()
+    );
+    Ok(())
+}
+
+/// Fills the filesystem of `ballast` until 4 MiB are left (below the
+/// nodes' 16 MiB min_free).
+fn fill(ballast: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let dir = ballast.parent().context("ballast dir")?;
+    let stat = nix::sys::statvfs::statvfs(dir)?;
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    let size = free.saturating_sub(4 << 20);
+    let mut f = std::fs::File::create(ballast)?;
+    let chunk = vec![0x5Au8; 1 << 20];
+    let mut written = 0u64;
+    while written < size {
+        let n = (size - written).min(chunk.len() as u64) as usize;
+        match f.write_all(&chunk[..n]) {
+            Ok(()) => written += n as u64,
+            // The node's own flushes took the rest first: full is full.
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn target(kind: FaultKind, fleet: &Fleet, rng: &mut Rng) -> usize {
@@ -112,9 +223,14 @@ fn target(kind: FaultKind, fleet: &Fleet, rng: &mut Rng) -> usize {
         FaultKind::KillCoordinator => pick(of(Role::Coordinator), rng),
         FaultKind::KillBoth => pick(of(Role::Both), rng),
         FaultKind::Restart => rng.range(1, fleet.nodes.len() as u64) as usize,
-        FaultKind::KillWorker | FaultKind::Decommission | FaultKind::Cut => {
-            pick(of(Role::Worker), rng)
-        }
+        FaultKind::KillWorker
+        | FaultKind::Decommission
+        | FaultKind::Cut
+        | FaultKind::DiskError
+        | FaultKind::DiskHang
+        | FaultKind::DiskFull => pick(of(Role::Worker), rng),
+        // Not a node's: the fleet's S3 server.
+        FaultKind::ColdStop => 0,
     }
 }
 

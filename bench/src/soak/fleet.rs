@@ -38,6 +38,23 @@ pub struct Node {
     child: Option<Child>,
 }
 
+/// What every node of a fleet is given.
+pub struct FleetOptions {
+    pub bin: PathBuf,
+    pub nodes: usize,
+    /// `storage.memory.capacity`
+    pub memory: String,
+    /// Node 1's address; node i is the i-th address from it.
+    pub first_ip: Ipv4Addr,
+    /// Where the nodes' directories go (a temporary directory when none).
+    pub root: Option<PathBuf>,
+    /// The S3 test server for a cold tier on S3, when given.
+    pub s3_server: Option<PathBuf>,
+    /// Workers' second data directory is a tmpfs of this many MiB, which
+    /// the disk-full fault fills (0: a plain directory, no such fault).
+    pub small_disk_mib: u64,
+}
+
 impl Node {
     pub fn admin(&self) -> SocketAddr {
         SocketAddr::from((self.ip, 19990))
@@ -45,6 +62,15 @@ impl Node {
 
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// The second data directory of a worker (the small disk).
+    pub fn small_dir(&self) -> PathBuf {
+        self.dir.join("data2")
+    }
+
+    pub fn is_worker(&self) -> bool {
+        self.role != Role::Coordinator
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -61,49 +87,76 @@ impl Node {
 pub struct Fleet {
     bin: PathBuf,
     pub nodes: Vec<Node>,
+    /// The cold tier's S3 server, when the fleet has one.
+    pub s3: Option<super::s3::S3Server>,
+    /// Workers' small disks are tmpfs mounts (the disk-full fault works).
+    pub small_disks: bool,
     _root: Option<tempfile::TempDir>,
 }
 
-/// `[cluster]`, memory and lease settings of every node; `extra` is
-/// appended (whole tables, e.g. a cold tier).
-fn config_text(node: &Node, nodes: usize, memory: &str, extra: &str) -> String {
-    let coordinators = "\"127.0.0.2:19980\", \"127.0.0.3:19980\"";
+/// `[cluster]`, memory, disk and lease settings of node `node`; `cold` is
+/// the `[storage.cold]` table, if any. Disk checks are quick (1 s health
+/// checks, 5 s I/O timeout and cool-down) so that disk faults are seen
+/// and recovered from within a fault's hold.
+fn config_text(node: &Node, first_ip: Ipv4Addr, memory: &str, cold: &str) -> String {
+    let [a, b, c, d] = first_ip.octets();
+    let coordinators = format!("\"{a}.{b}.{c}.{d}:19980\", \"{a}.{b}.{c}.{}:19980\"", d + 1);
     let roles = match node.role {
         Role::Coordinator => "[\"coordinator\"]",
         Role::Both => "[\"coordinator\", \"worker\"]",
         Role::Worker => "[\"worker\"]",
     };
-    debug_assert!(nodes >= 3);
+    let dirs = if node.is_worker() {
+        format!(
+            "\"{}\", \"{}\"",
+            node.data_dir().display(),
+            node.small_dir().display()
+        )
+    } else {
+        format!("\"{}\"", node.data_dir().display())
+    };
     format!(
-        "[node]\nhost = \"{ip}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\n[log]\nlevel = \"info\"\n\n\
+        "[node]\nhost = \"{ip}\"\n\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\nfault_injection = true\n\n[log]\nlevel = \"info\"\n\n\
          [storage.memory]\ncapacity = \"{memory}\"\nread_capacity = \"64MiB\"\n\n\
-         [storage.disks]\ndirs = [\"{data}\"]\nmin_free = \"16MiB\"\n\n\
-         [storage.apps]\nexpiry = \"30s\"\nexpiry_check_interval = \"2s\"\n\n\
+         [storage.disks]\ndirs = [{dirs}]\nmin_free = \"16MiB\"\nresume_margin = \"16MiB\"\n\
+         io_timeout = \"5s\"\nerror_cooldown = \"5s\"\nhealth_check_interval = \"1s\"\n\n\
+         {cold}[storage.apps]\nexpiry = \"30s\"\nexpiry_check_interval = \"2s\"\n\n\
          [celeborn]\napp_timeout = \"30s\"\n\n\
          [cluster]\ncoordinators = [{coordinators}]\nroles = {roles}\nsecret = \"{SECRET}\"\n\
          heartbeat_interval = \"1s\"\nworker_timeout = \"6s\"\nrequest_timeout = \"2s\"\n\
-         decommission_check_interval = \"1s\"\nwarmup = \"2s\"\n\n{extra}",
+         decommission_check_interval = \"1s\"\nwarmup = \"2s\"\n",
         ip = node.ip,
-        data = node.data_dir().display(),
     )
 }
 
+/// Mounts a tmpfs of `mib` MiB on `dir` (root only); false when it cannot.
+fn mount_tmpfs(dir: &Path, mib: u64) -> bool {
+    Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+        .arg(dir)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 impl Fleet {
-    /// Writes every node's config under `root` (a temporary directory when
-    /// none) and starts the nodes one after the other.
-    pub async fn start(
-        bin: PathBuf,
-        nodes: usize,
-        memory: &str,
-        extra_toml: &str,
-        root: Option<PathBuf>,
-    ) -> anyhow::Result<Fleet> {
-        ensure!((3..=20).contains(&nodes), "--nodes: 3 to 20, not {nodes}");
-        ensure!(bin.is_file(), "no switchyard binary at {}", bin.display());
+    /// Writes every node's config and starts the nodes one after the
+    /// other (and first the S3 server, when the fleet has a cold tier).
+    pub async fn start(o: FleetOptions) -> anyhow::Result<Fleet> {
+        ensure!(
+            (3..=20).contains(&o.nodes),
+            "--nodes: 3 to 20, not {}",
+            o.nodes
+        );
+        ensure!(
+            o.bin.is_file(),
+            "no switchyard binary at {}",
+            o.bin.display()
+        );
         // Nodes run in their own directories.
-        let bin = std::fs::canonicalize(&bin)?;
-        let (root_dir, tmp) = match root {
-            Some(r) => (r, None),
+        let bin = std::fs::canonicalize(&o.bin)?;
+        let (root, tmp) = match &o.root {
+            Some(r) => (r.clone(), None),
             None => {
                 let t = tempfile::Builder::new()
                     .prefix("switchyard-soak-")
@@ -111,32 +164,51 @@ impl Fleet {
                 (t.path().to_path_buf(), Some(t))
             }
         };
+        let s3 = match &o.s3_server {
+            Some(s3_bin) => {
+                let addr = SocketAddr::from((o.first_ip, 19900));
+                Some(super::s3::S3Server::start(s3_bin, root.join("s3"), addr)?)
+            }
+            None => None,
+        };
+        let cold = s3.as_ref().map_or(String::new(), |s| s.cold_toml());
         let mut fleet = Fleet {
             bin,
             nodes: Vec::new(),
+            s3,
+            small_disks: o.small_disk_mib > 0,
             _root: tmp,
         };
-        for index in 1..=nodes {
-            let dir = root_dir.join(format!("node{index}"));
-            std::fs::create_dir_all(dir.join("data"))?;
+        let [a, b, c, d] = o.first_ip.octets();
+        for index in 1..=o.nodes {
+            let dir = root.join(format!("node{index}"));
             let role = match index {
                 1 => Role::Coordinator,
                 2 => Role::Both,
                 _ => Role::Worker,
             };
-            let mut node = Node {
+            let node = Node {
                 index,
-                ip: Ipv4Addr::new(127, 0, 0, index as u8 + 1),
+                ip: Ipv4Addr::new(a, b, c, d + index as u8 - 1),
                 role,
                 config: dir.join("switchyard.toml"),
                 dir,
                 child: None,
             };
-            std::fs::write(&node.config, config_text(&node, nodes, memory, extra_toml))?;
-            node.child = None;
+            std::fs::create_dir_all(node.data_dir())?;
+            if node.is_worker() {
+                std::fs::create_dir_all(node.small_dir())?;
+                if o.small_disk_mib > 0 && !mount_tmpfs(&node.small_dir(), o.small_disk_mib) {
+                    fleet.small_disks = false;
+                }
+            }
+            std::fs::write(
+                &node.config,
+                config_text(&node, o.first_ip, &o.memory, &cold),
+            )?;
             fleet.nodes.push(node);
         }
-        for i in 1..=nodes {
+        for i in 1..=o.nodes {
             fleet.launch(i).await?;
         }
         Ok(fleet)
@@ -261,12 +333,14 @@ impl Fleet {
         let mut out = Vec::new();
         for node in &self.nodes {
             walk_files(&node.data_dir(), &mut out);
+            walk_files(&node.small_dir(), &mut out);
         }
         out
     }
 }
 
-fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file under `dir` but node state, depth first.
+pub(crate) fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -274,6 +348,7 @@ fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let name = e.file_name();
         if name == switchyard_storage::data_dir::NODE_ID_FILE
             || name == switchyard_storage::data_dir::STATE_DIR
+            || name == super::faults::BALLAST
         {
             continue;
         }
@@ -298,6 +373,14 @@ impl Drop for Fleet {
             if let Some(mut child) = node.child.take() {
                 let _ = child.kill();
                 let _ = child.wait();
+            }
+            if node.is_worker() {
+                // Lazily: a tmpfs mount, or nothing mounted there.
+                let _ = Command::new("umount")
+                    .arg("-l")
+                    .arg(node.small_dir())
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
     }

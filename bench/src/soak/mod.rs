@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod ledger;
 pub mod probe;
 pub mod record;
+pub mod s3;
 pub mod spec;
 pub mod tally;
 pub mod uniffle_app;
@@ -47,6 +48,19 @@ pub struct SoakArgs {
     /// Nodes: node 1 coordinates, node 2 coordinates and works, the rest work.
     #[arg(long, default_value_t = 4)]
     pub nodes: usize,
+    /// Node 1's address (node i takes the i-th from it, each with every
+    /// role's default port): the gateway tests' cluster layout by default;
+    /// another range lets a soak run beside them.
+    #[arg(long, default_value = "127.0.0.2")]
+    pub first_ip: std::net::Ipv4Addr,
+    /// The S3 test server (storage/examples/s3_server.rs) for the cold tier;
+    /// default: `examples/s3_server` beside `--bin`. "" runs without a cold tier.
+    #[arg(long)]
+    pub s3_server: Option<PathBuf>,
+    /// Size of each worker's second data directory, a tmpfs the disk-full
+    /// fault fills (0: a plain directory, no disk-full fault).
+    #[arg(long, default_value_t = 160)]
+    pub small_disk_mib: u64,
     /// How long the load runs, in seconds (faults stop a hold and a quiet
     /// spell before the end).
     #[arg(long, default_value_t = 600)]
@@ -98,29 +112,26 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    let kinds = if args.faults.is_empty() {
-        FaultKind::ALL.to_vec()
-    } else {
-        args.faults.clone()
+    let s3_server = match &args.s3_server {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p.clone()),
+        None => args.bin.parent().map(|d| d.join("examples/s3_server")),
     };
-    println!(
-        "soak: {} nodes, {} s, seed {seed} (replay: --seed {seed}), faults {:?}",
-        args.nodes, args.duration, kinds
-    );
-    if kinds.contains(&FaultKind::Cut) {
-        ensure!(
-            faults::iptables_usable(),
-            "the cut fault needs iptables as root (apt-get install iptables), or leave it out with --faults"
-        );
-    }
-    let mut fleet = Fleet::start(
-        args.bin.clone(),
-        args.nodes,
-        &args.memory,
-        "",
-        args.dir.clone(),
-    )
+    let mut fleet = Fleet::start(fleet::FleetOptions {
+        bin: args.bin.clone(),
+        nodes: args.nodes,
+        memory: args.memory.clone(),
+        first_ip: args.first_ip,
+        root: args.dir.clone(),
+        s3_server,
+        small_disk_mib: args.small_disk_mib,
+    })
     .await?;
+    let kinds = fault_kinds(&args.faults, &fleet)?;
+    println!(
+        "soak: {} nodes from {}, {} s, seed {seed} (replay: --seed {seed}), faults {:?}",
+        args.nodes, args.first_ip, args.duration, kinds
+    );
     let bounds = memory_bounds(&fleet)?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration);
@@ -161,6 +172,27 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         "the soak failed: see the report above"
     );
     Ok(())
+}
+
+/// The faults asked for, each of which must be possible here; none asked:
+/// every kind that is possible (the others named).
+fn fault_kinds(asked: &[FaultKind], fleet: &Fleet) -> anyhow::Result<Vec<FaultKind>> {
+    if asked.is_empty() {
+        let mut kinds = Vec::new();
+        for kind in FaultKind::ALL {
+            match kind.unavailable(fleet) {
+                Some(why) => println!("soak: no {} fault here: it {why}", kind.name()),
+                None => kinds.push(kind),
+            }
+        }
+        return Ok(kinds);
+    }
+    for kind in asked {
+        if let Some(why) = kind.unavailable(fleet) {
+            anyhow::bail!("the {} fault {why}", kind.name());
+        }
+    }
+    Ok(asked.to_vec())
 }
 
 /// Each node's memory number (`check-config`'s container figure).
@@ -356,6 +388,11 @@ async fn faults_schedule(
             .duration_since(deadline - Duration::from_secs(args.duration))
             .as_secs();
         let line = match &result {
+            Ok(0) => format!(
+                "{at} s: {}, repaired after {:.1} s",
+                kind.name(),
+                began.elapsed().as_secs_f64()
+            ),
             Ok(node) => format!(
                 "{at} s: {} on node {node}, repaired after {:.1} s",
                 kind.name(),
