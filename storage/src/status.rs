@@ -11,6 +11,9 @@ use crate::persist::recovery::RecoveryStatus;
 use crate::tiers::budget::MemoryBudget;
 use crate::tiers::cold::ColdStatus;
 use crate::tiers::disk::{DiskHealth, DiskStatus};
+use crate::apps::registry::SHUFFLES_CREATED;
+use crate::store::{PARTITION_FILE_BYTES, PAUSE_SECONDS};
+use crate::tiers::flush::{spill_labels, EVICTED_PARTITIONS, SLOT_WAIT_SECONDS};
 use crate::tiers::Durable;
 use switchyard_memory::{NodeMemory, Part};
 
@@ -248,9 +251,12 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
     }
     if !durable.disks().is_empty() {
         metrics::counter!("switchyard_spill_failures_total", "tier" => "disk").increment(0);
+        metrics::counter!(EVICTED_PARTITIONS, "tier" => "disk").increment(0);
     }
-    if durable.cold().is_some() {
-        metrics::counter!("switchyard_spill_failures_total", "tier" => "cold").increment(0);
+    if let Some(cold) = durable.cold() {
+        metrics::counter!("switchyard_spill_failures_total", spill_labels("cold", cold.service()))
+            .increment(0);
+        metrics::counter!(EVICTED_PARTITIONS, "tier" => "cold").increment(0);
         for op in ["read", "write"] {
             metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
         }
@@ -259,6 +265,37 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
         }
     }
     metrics::counter!("switchyard_flush_timeouts_total").increment(0);
+    // Event counts and times the dashboards chart from the start: a panel
+    // shows 0 shuffles created, 0 pauses, rather than no data.
+    metrics::counter!(SHUFFLES_CREATED).increment(0);
+    let _ = metrics::histogram!(PAUSE_SECONDS);
+    let _ = metrics::histogram!(SLOT_WAIT_SECONDS);
+    let _ = metrics::histogram!(PARTITION_FILE_BYTES);
+}
+
+/// The store's counts behind the upstream dashboards' panels, read from
+/// counters (one read per application at most, never per partition).
+pub(crate) struct StoreGauges<'a> {
+    pub shuffles: u64,
+    pub partitions: u64,
+    pub memory_only_partitions: u64,
+    pub flush_queue: u64,
+    pub paused: bool,
+    pub durable: &'a Durable,
+}
+
+pub(crate) fn publish_store_gauges(g: StoreGauges<'_>) {
+    metrics::gauge!("switchyard_shuffles").set(g.shuffles as f64);
+    metrics::gauge!("switchyard_partitions").set(g.partitions as f64);
+    metrics::gauge!("switchyard_partitions_in_memory").set(g.memory_only_partitions as f64);
+    metrics::gauge!("switchyard_flush_queue").set(g.flush_queue as f64);
+    metrics::gauge!("switchyard_memory_paused").set(if g.paused { 1.0 } else { 0.0 });
+    let (capacity, used) = g.durable.read_budget_bytes();
+    metrics::gauge!("switchyard_memory_read_capacity_bytes").set(capacity as f64);
+    metrics::gauge!("switchyard_memory_read_used_bytes").set(used as f64);
+    let (reading, waiting) = g.durable.reads();
+    metrics::gauge!("switchyard_tier_reads", "state" => "reading").set(reading as f64);
+    metrics::gauge!("switchyard_tier_reads", "state" => "waiting").set(waiting as f64);
 }
 
 /// Publishes gauges to the `metrics` recorder, if the process installed one.

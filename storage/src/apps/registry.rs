@@ -18,6 +18,9 @@ use crate::error::{Result, StorageError};
 use crate::id::{AppId, PartitionKey};
 use crate::tiers::partition::Partition;
 
+/// Shuffles the store created since the process started (every protocol's).
+pub(crate) const SHUFFLES_CREATED: &str = "switchyard_shuffles_created_total";
+
 pub(crate) struct Apps {
     config: AppConfig,
     quotas: Quotas,
@@ -109,6 +112,19 @@ impl Apps {
 
     pub(crate) fn len(&self) -> usize {
         self.apps.len()
+    }
+
+    /// Shuffles held, over every application.
+    pub(crate) fn shuffle_count(&self) -> u64 {
+        self.apps.iter().map(|a| a.shuffle_count() as u64).sum()
+    }
+
+    /// Partitions held that have no segment yet (in memory alone).
+    pub(crate) fn memory_only_partition_count(&self) -> u64 {
+        self.apps
+            .iter()
+            .map(|a| a.tally.partitions().saturating_sub(a.tally.durable_partitions()))
+            .sum()
     }
 
     /// Partitions held by every live application, from their tallies: one
@@ -274,9 +290,13 @@ impl Apps {
             .iter()
             .map(|p| p.persisted_bytes())
             .fold((0, 0), |(d, c), (pd, pc)| (d + pd, c + pc));
+        let durable = partitions
+            .iter()
+            .filter(|p| p.has_segments())
+            .count() as u64;
         first
             .tally()
-            .release(bytes, partitions.len() as u64, persisted);
+            .release(bytes, partitions.len() as u64, persisted, durable);
     }
 
     // ---- partitions -----------------------------------------------------
@@ -306,7 +326,10 @@ impl Apps {
         let shuffle = app
             .shuffles
             .entry(key.shuffle)
-            .or_insert_with(|| Arc::new(Shuffle::default()))
+            .or_insert_with(|| {
+                metrics::counter!(SHUFFLES_CREATED).increment(1);
+                Arc::new(Shuffle::default())
+            })
             .clone();
         let p = match shuffle.partitions.entry(key.local()) {
             dashmap::Entry::Occupied(e) => e.get().clone(),
@@ -362,6 +385,9 @@ impl Apps {
         };
         let p = build(app.tally.clone());
         app.tally.count_recovered(p.received_bytes());
+        if p.has_segments() {
+            app.tally.count_durable_partition();
+        }
         app.shuffles
             .entry(key.shuffle)
             .or_insert_with(|| Arc::new(Shuffle::default()))

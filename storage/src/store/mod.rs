@@ -43,6 +43,10 @@ use switchyard_memory::NodeMemory;
 
 pub use crate::tiers::PartitionIndex;
 
+/// Size of each partition at its first commit (seal), in bytes: Celeborn's
+/// partition file sizes.
+pub(crate) const PARTITION_FILE_BYTES: &str = "switchyard_partition_file_bytes";
+
 /// Figures of one partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PartitionStats {
@@ -67,7 +71,36 @@ pub struct Store {
     cancel: CancellationToken,
     tasks: TaskTracker,
     shutting_down: AtomicBool,
+    /// Appends waiting for memory now, and since when some have been: the
+    /// node's pause, as a Celeborn worker pauses pushes when its memory is
+    /// full.
+    pause: parking_lot::Mutex<Pause>,
 }
+
+#[derive(Default)]
+struct Pause {
+    waiting: u64,
+    since: Option<Instant>,
+}
+
+/// An append's part in a pause; the last one to go on ends the pause.
+struct Paused<'a>(&'a Store);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let mut pause = self.0.pause.lock();
+        pause.waiting -= 1;
+        if pause.waiting == 0 {
+            if let Some(since) = pause.since.take() {
+                metrics::histogram!(PAUSE_SECONDS).record(since.elapsed().as_secs_f64());
+            }
+        }
+    }
+}
+
+/// The length of each pause: from the first append that found the budget
+/// full to the last waiting one going on (its count: the pauses).
+pub(crate) const PAUSE_SECONDS: &str = "switchyard_memory_pause_seconds";
 
 /// Lapsed applications whose data is deleted at once.
 const EXPIRY_PURGES: usize = 8;
@@ -146,6 +179,7 @@ impl Store {
             cancel,
             tasks,
             shutting_down: AtomicBool::new(false),
+            pause: parking_lot::Mutex::new(Pause::default()),
             config,
         });
         if let Some(loaded) = loaded {
@@ -349,6 +383,8 @@ impl Store {
     ) -> Result<()> {
         let deadline = tokio::time::Instant::now() + max_wait;
         let mut waited: Option<Instant> = None;
+        // This append's part in the node's pause, ended however the wait ends.
+        let mut paused: Option<Paused<'_>> = None;
         loop {
             let released = self.budget.released();
             tokio::pin!(released);
@@ -356,6 +392,9 @@ impl Store {
             match self.append(key, blocks.clone(), None).await {
                 Err(e) if e.is_backpressure() => {
                     waited.get_or_insert_with(Instant::now);
+                    if paused.is_none() {
+                        paused = Some(self.pause_started());
+                    }
                     tokio::select! {
                         _ = &mut released => {}
                         _ = tokio::time::sleep_until(deadline) => {
@@ -375,6 +414,19 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// An append starts waiting for memory: the first one starts a pause.
+    fn pause_started(&self) -> Paused<'_> {
+        let mut pause = self.pause.lock();
+        pause.waiting += 1;
+        pause.since.get_or_insert_with(Instant::now);
+        Paused(self)
+    }
+
+    /// Whether appends wait for memory now.
+    pub fn is_paused(&self) -> bool {
+        self.pause.lock().waiting > 0
     }
 
     // ---- reads ----------------------------------------------------------
@@ -500,7 +552,7 @@ impl Store {
         notes: Vec<(String, Vec<u8>)>,
     ) -> Result<PartitionStats> {
         let p = self.apps.partition_or_create(key)?;
-        p.seal();
+        let first = p.seal();
         let deadline = self.commit_deadline();
         let flush = self.flusher.flush_in_background(&p);
         self.flusher
@@ -509,7 +561,14 @@ impl Store {
         let notes = Recovery::note_changes(&key.app, key.shuffle, notes);
         self.record_until(std::slice::from_ref(&p), notes, deadline)
             .await?;
-        self.partition_stats(key)
+        let stats = self.partition_stats(key)?;
+        if first {
+            // The size of the file a Celeborn worker would close here
+            // (a commit that timed out at its first seal is not counted).
+            metrics::histogram!(PARTITION_FILE_BYTES)
+                .record((stats.disk_bytes + stats.cold_bytes) as f64);
+        }
+        Ok(stats)
     }
 
     /// Makes the partitions durable and records them with the front end's
@@ -758,6 +817,14 @@ impl Store {
     /// Publishes gauges to the `metrics` recorder, if the process installed one.
     pub fn publish_gauges(&self) {
         crate::status::publish_gauges(&self.budget, &self.node, &self.durable, self.apps.len());
+        crate::status::publish_store_gauges(crate::status::StoreGauges {
+            shuffles: self.apps.shuffle_count(),
+            partitions: self.apps.partition_count(),
+            memory_only_partitions: self.apps.memory_only_partition_count(),
+            flush_queue: self.flusher.queued(),
+            paused: self.is_paused(),
+            durable: &self.durable,
+        });
     }
 
     // ---- shutdown -------------------------------------------------------

@@ -30,6 +30,12 @@ pub struct Replicator {
 
 impl Replicator {
     pub fn new(source: Option<std::net::IpAddr>) -> Self {
+        // Every outcome from the start, so that the upstream dashboard's
+        // replication failure panels show 0 rather than no data.
+        metrics::counter!(REPLICATED, "result" => "ok").increment(0);
+        for cause in CAUSES {
+            metrics::counter!(REPLICATED, "result" => "failed", "cause" => cause).increment(0);
+        }
         Replicator {
             peers: DashMap::new(),
             source,
@@ -115,6 +121,21 @@ impl Replicator {
     }
 
     async fn forward(&self, peer: &str, id: i64, frame: Message) -> Result<(), CelebornError> {
+        let result = self.forward_once(peer, id, frame).await;
+        match &result {
+            Ok(()) => metrics::counter!(REPLICATED, "result" => "ok").increment(1),
+            Err(e) => metrics::counter!(REPLICATED, "result" => "failed", "cause" => cause(e))
+                .increment(1),
+        }
+        result
+    }
+
+    async fn forward_once(
+        &self,
+        peer: &str,
+        id: i64,
+        frame: Message,
+    ) -> Result<(), CelebornError> {
         let conn = self.connection(peer).await?;
         let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.call(id, frame)).await;
         let result = match reply {
@@ -147,10 +168,29 @@ impl Replicator {
             )),
             Ok(Ok(_)) => Ok(()),
         };
-        let outcome = if result.is_ok() { "ok" } else { "failed" };
-        metrics::counter!("switchyard_celeborn_replicated_pushes_total", "result" => outcome)
-            .increment(1);
         result
+    }
+}
+
+/// Pushes forwarded to a replica, by `result`, and a failure's `cause`.
+const REPLICATED: &str = "switchyard_celeborn_replicated_pushes_total";
+
+/// A failed replication's causes, as Celeborn counts them apart:
+/// connecting to the peer, the connection failing, no reply in time, the
+/// replica's write failing; and the replica refusing the batch (its
+/// location split or its worker stopping), which the client revives.
+const CAUSES: [&str; 5] = ["connect", "connection", "timeout", "write", "hard_split"];
+
+fn cause(e: &CelebornError) -> &'static str {
+    match e {
+        CelebornError::Replicate { code, .. } => match code {
+            StatusCode::PushDataCreateConnectionFailReplica => "connect",
+            StatusCode::PushDataTimeoutReplica => "timeout",
+            StatusCode::PushDataWriteFailReplica => "write",
+            StatusCode::HardSplit => "hard_split",
+            _ => "connection",
+        },
+        _ => "connection",
     }
 }
 
