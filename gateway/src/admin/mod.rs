@@ -80,6 +80,7 @@ async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
     // Fresh figures on every scrape, whatever the store's own timer does.
     state.store.publish_gauges();
     telemetry::update_process_metrics();
+    publish_node_gauges(&state);
     (
         [(
             header::CONTENT_TYPE,
@@ -87,6 +88,34 @@ async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
+}
+
+/// The node's decommission state and, on a fleet coordinator, its
+/// directory's workers by state (Celeborn's master counts them).
+fn publish_node_gauges(state: &AdminState) {
+    let decommissioning = if state.decommission.is_active() { 1.0 } else { 0.0 };
+    metrics::gauge!(telemetry::DECOMMISSIONING).set(decommissioning);
+    if let Some(c) = &state.coordination {
+        let (mut active, mut decommissioning, mut lost) = (0u64, 0u64, 0u64);
+        for (heartbeat, _, is_lost) in c.directory.entries() {
+            if is_lost {
+                lost += 1;
+            } else if heartbeat.state
+                == switchyard_cluster::proto::WorkerState::Decommissioning as i32
+            {
+                decommissioning += 1;
+            } else {
+                active += 1;
+            }
+        }
+        for (s, n) in [
+            ("active", active),
+            ("decommissioning", decommissioning),
+            ("lost", lost),
+        ] {
+            metrics::gauge!(telemetry::FLEET_WORKERS, "state" => s).set(n as f64);
+        }
+    }
 }
 
 #[derive(Serialize)]

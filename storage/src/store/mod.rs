@@ -187,6 +187,12 @@ impl Store {
         }
         store.start_background();
         crate::status::register_failure_counters(&store.durable);
+        if store.recovery.is_enabled() {
+            // Recorded commits and failed ones from the start: the upstream
+            // dashboard's metadata operation panels chart both.
+            metrics::counter!("switchyard_manifest_commits_total").increment(0);
+            metrics::counter!("switchyard_manifest_failures_total").increment(0);
+        }
         tracing::info!(
             memory = %store.config.memory.capacity,
             disks = store.durable.disks().len(),
