@@ -6,7 +6,9 @@
 //! metrics that exist. Prometheus also loads the recording rules for the
 //! upstream dashboards (`deploy/prometheus/upstream-dashboards.rules.yml`),
 //! and every mapped upstream panel query
-//! (`tests/fixtures/upstream-panel-queries.json`) must return data.
+//! (`tests/fixtures/upstream-panel-queries.json`) must return data, under
+//! both protocols' traffic, a Flink job and spills to a cold tier on S3 (an
+//! s3s-fs server in this process, on 127.0.0.1).
 //!
 //! Prometheus: `$SWITCHYARD_PROMETHEUS` (which must exist), else
 //! `prometheus` on PATH (Debian's package; `.ci/install-prometheus`).
@@ -43,6 +45,96 @@ fn find_prometheus() -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success())
         .then(|| PathBuf::from("prometheus"))
+}
+
+const S3_ACCESS_KEY: &str = "switchyard-test";
+const S3_SECRET_KEY: &str = "switchyard-test-secret";
+const S3_BUCKET: &str = "shuffle";
+
+/// An S3 server (s3s-fs: each object a file below `root`) on a free
+/// loopback port, served by a runtime of its own until dropped.
+struct S3Server {
+    addr: SocketAddr,
+    root: tempfile::TempDir,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl S3Server {
+    fn start() -> S3Server {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        use hyper_util::server::conn::auto::Builder;
+        let root = tempfile::tempdir().unwrap();
+        // s3s-fs keeps a bucket as a directory below its root.
+        std::fs::create_dir_all(root.path().join(S3_BUCKET)).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let service = {
+            let fs = s3s_fs::FileSystem::new(root.path()).unwrap();
+            let mut b = s3s::service::S3ServiceBuilder::new(fs);
+            b.set_auth(s3s::auth::SimpleAuth::from_single(
+                S3_ACCESS_KEY,
+                S3_SECRET_KEY,
+            ));
+            b.build()
+        };
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let _ = Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(socket), service)
+                        .await;
+                });
+            }
+        });
+        S3Server {
+            addr,
+            root,
+            _runtime: runtime,
+        }
+    }
+
+    /// The node's `[storage.cold]`: this bucket, partitions past
+    /// `huge_partition_threshold` go there.
+    fn cold_toml(&self, huge_partition_threshold: &str) -> String {
+        format!(
+            "[storage.cold]\nservice = \"s3\"\nbucket = \"{S3_BUCKET}\"\n\
+             endpoint = \"http://{}\"\naccess_key_id = \"{S3_ACCESS_KEY}\"\n\
+             secret_access_key = \"{S3_SECRET_KEY}\"\n\
+             huge_partition_threshold = \"{huge_partition_threshold}\"\n",
+            self.addr
+        )
+    }
+
+    /// Files (objects) the bucket holds now.
+    fn objects(&self) -> usize {
+        fn walk(dir: &Path) -> usize {
+            std::fs::read_dir(dir).map_or(0, |entries| {
+                entries
+                    .flatten()
+                    .map(|e| {
+                        let path = e.path();
+                        if path.is_dir() {
+                            walk(&path)
+                        } else {
+                            1
+                        }
+                    })
+                    .sum()
+            })
+        }
+        walk(&self.root.path().join(S3_BUCKET))
+    }
 }
 
 /// The recording rules for the upstream Celeborn and Uniffle dashboards.
@@ -252,15 +344,12 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
         eprintln!("SKIPPED: no prometheus (apt-get install prometheus, or .ci/install-prometheus)");
         return;
     };
-    let cold = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start();
     let cluster = Cluster::start_with(
         1,
         ClusterOptions {
             memory: "32MiB".into(),
-            extra_toml: format!(
-                "[storage.cold]\nservice = \"fs\"\nroot = \"{}\"\nhuge_partition_threshold = \"512KiB\"\n",
-                cold.path().display()
-            ),
+            extra_toml: s3.cold_toml("512KiB"),
             ..ClusterOptions::default()
         },
     );
@@ -356,6 +445,15 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
             >= 1.0
     );
 
+    // Partitions past 512 KiB went to the S3 cold tier, counted as such.
+    let value = |promql: &str| prometheus.query(promql).first().map_or(0.0, |(_, v)| *v);
+    assert!(
+        value("sum(switchyard_spill_total{tier=\"cold\",service=\"s3\"})") >= 1.0,
+        "no flush to the S3 cold tier was counted"
+    );
+    assert!(value("sum(switchyard_partitions_evicted_total{tier=\"cold\"})") >= 1.0);
+    assert!(s3.objects() > 0, "the bucket holds no object");
+
     // The dashboard: every expression runs, every metric it names exists.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/switchyard.json");
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -433,21 +531,65 @@ fn check_promtool(prometheus_bin: &Path) {
     }
 }
 
+/// The Celeborn v0.7.0 panel queries the rules must light: at least this
+/// many of its 194 return data here.
+const CELEBORN_MAPPED_MIN: usize = 120;
+
 /// Every mapped upstream panel query, as Grafana sends it with every
-/// instance selected, returns a number for this node.
+/// instance selected, returns a number for this node; every unmapped one
+/// has its reason, in the fixture and in the rules file's header.
 fn upstream_panels_return_data(prometheus: &Prometheus) {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream-panel-queries.json");
     let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let header: String = std::fs::read_to_string(upstream_rules())
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with('#') || l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut queries = Vec::new();
-    for dashboard in ["celeborn", "uniffle"] {
+    let (mut celeborn_total, mut celeborn_mapped, mut untested) = (0, 0, 0);
+    for dashboard in ["celeborn", "celeborn_v0_6_3", "uniffle"] {
         let list = fixture[dashboard]["queries"].as_array().unwrap();
-        assert!(list.len() >= 10, "{dashboard}: {} queries", list.len());
+        assert!(!list.is_empty(), "{dashboard}: no queries");
         for q in list {
+            let panel = q["panel"].as_str().unwrap();
+            if dashboard == "celeborn" {
+                celeborn_total += 1;
+            }
+            if let Some(why) = q.get("unmapped") {
+                assert!(
+                    why.as_str().is_some_and(|w| w.len() > 10),
+                    "{dashboard} {panel}: unmapped without a reason"
+                );
+                // The header names every dark panel, by its metric's name
+                // less the metrics_ prefix and the Value/Count/... suffix.
+                let name = upstream_name(q["expr"].as_str().unwrap());
+                assert!(
+                    header.contains(&name)
+                        || name.starts_with("push_")
+                        || name.starts_with("fetch_")
+                        || name.starts_with("replicate_"),
+                    "{dashboard} {panel}: unmapped, but {name} is not in the rules file's header"
+                );
+                continue;
+            }
+            if q.get("untested").is_some() {
+                untested += 1;
+                continue;
+            }
+            if dashboard == "celeborn" {
+                celeborn_mapped += 1;
+            }
             let promql = q["expr"].as_str().unwrap().replace("${instance}", ".*");
-            queries.push((format!("{dashboard} {}", q["panel"]), promql));
+            queries.push((format!("{dashboard} {panel}"), promql));
         }
     }
+    assert_eq!(
+        celeborn_total, 194,
+        "the v0.7.0 dashboard has 194 panel queries"
+    );
     // The rules run every second: the first evaluation after the last
     // scrape may still be ahead.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -470,7 +612,28 @@ fn upstream_panels_return_data(prometheus: &Prometheus) {
         std::thread::sleep(Duration::from_secs(1));
     }
     eprintln!(
-        "upstream dashboards: {} panel queries return data",
+        "upstream dashboards: {celeborn_mapped} of {celeborn_total} Celeborn v0.7.0 panel queries \
+         mapped and returning data ({untested} more mapped, fed by what this node does not run); \
+         {} panel queries return data in all",
         queries.len()
     );
+    assert!(
+        celeborn_mapped >= CELEBORN_MAPPED_MIN,
+        "{celeborn_mapped} of {celeborn_total} Celeborn v0.7.0 panel queries mapped"
+    );
+}
+
+/// `metrics_X_Value{...}` (or a function of it): `X`.
+fn upstream_name(expr: &str) -> String {
+    let start = expr.find("metrics_").expect("an upstream series") + "metrics_".len();
+    let name: String = expr[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    for suffix in ["_Value", "_Count", "_Mean", "_Max", "_99thPercentile"] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            return base.to_string();
+        }
+    }
+    name
 }

@@ -3,16 +3,16 @@
 
 use serde::Serialize;
 
+use crate::apps::registry::{UserConsumption, SHUFFLES_CREATED};
 use crate::apps::{App, Apps};
 use crate::config::MemoryConfig;
 use crate::counters::Counters;
 pub use crate::counters::OperationCounts;
 use crate::persist::recovery::RecoveryStatus;
+use crate::store::{PARTITION_FILE_BYTES, PAUSE_SECONDS};
 use crate::tiers::budget::MemoryBudget;
 use crate::tiers::cold::ColdStatus;
 use crate::tiers::disk::{DiskHealth, DiskStatus};
-use crate::apps::registry::SHUFFLES_CREATED;
-use crate::store::{PARTITION_FILE_BYTES, PAUSE_SECONDS};
 use crate::tiers::flush::{spill_labels, EVICTED_PARTITIONS, SLOT_WAIT_SECONDS};
 use crate::tiers::Durable;
 use switchyard_memory::{NodeMemory, Part};
@@ -254,8 +254,11 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
         metrics::counter!(EVICTED_PARTITIONS, "tier" => "disk").increment(0);
     }
     if let Some(cold) = durable.cold() {
-        metrics::counter!("switchyard_spill_failures_total", spill_labels("cold", cold.service()))
-            .increment(0);
+        metrics::counter!(
+            "switchyard_spill_failures_total",
+            spill_labels("cold", cold.service())
+        )
+        .increment(0);
         metrics::counter!(EVICTED_PARTITIONS, "tier" => "cold").increment(0);
         for op in ["read", "write"] {
             metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
@@ -296,6 +299,19 @@ pub(crate) fn publish_store_gauges(g: StoreGauges<'_>) {
     let (reading, waiting) = g.durable.reads();
     metrics::gauge!("switchyard_tier_reads", "state" => "reading").set(reading as f64);
     metrics::gauge!("switchyard_tier_reads", "state" => "waiting").set(waiting as f64);
+}
+
+/// One user's bytes and files (segments) on disks and in the cold tier.
+pub(crate) fn publish_user_gauges(user: &str, c: UserConsumption) {
+    for (tier, bytes, files) in [
+        ("disk", c.disk_bytes, c.disk_files),
+        ("cold", c.cold_bytes, c.cold_files),
+    ] {
+        metrics::gauge!("switchyard_user_bytes", "user" => user.to_string(), "tier" => tier)
+            .set(bytes as f64);
+        metrics::gauge!("switchyard_user_files", "user" => user.to_string(), "tier" => tier)
+            .set(files as f64);
+    }
 }
 
 /// Publishes gauges to the `metrics` recorder, if the process installed one.

@@ -18,6 +18,15 @@ use crate::error::{Result, StorageError};
 use crate::id::{AppId, PartitionKey};
 use crate::tiers::partition::Partition;
 
+/// What a user's applications hold on the durable tiers.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct UserConsumption {
+    pub disk_bytes: u64,
+    pub cold_bytes: u64,
+    pub disk_files: u64,
+    pub cold_files: u64,
+}
+
 /// Shuffles the store created since the process started (every protocol's).
 pub(crate) const SHUFFLES_CREATED: &str = "switchyard_shuffles_created_total";
 
@@ -119,11 +128,32 @@ impl Apps {
         self.apps.iter().map(|a| a.shuffle_count() as u64).sum()
     }
 
+    /// Per user (applications without one left out): bytes and segments on
+    /// disks and in the cold tier, from the tallies.
+    pub(crate) fn user_consumption(&self) -> std::collections::HashMap<String, UserConsumption> {
+        let mut out: std::collections::HashMap<String, UserConsumption> = Default::default();
+        for a in self.apps.iter() {
+            let Some(user) = a.user() else { continue };
+            let (_, disk, cold) = a.tally.tier_bytes();
+            let (disk_files, cold_files) = a.tally.segments();
+            let u = out.entry(user).or_default();
+            u.disk_bytes += disk;
+            u.cold_bytes += cold;
+            u.disk_files += disk_files;
+            u.cold_files += cold_files;
+        }
+        out
+    }
+
     /// Partitions held that have no segment yet (in memory alone).
     pub(crate) fn memory_only_partition_count(&self) -> u64 {
         self.apps
             .iter()
-            .map(|a| a.tally.partitions().saturating_sub(a.tally.durable_partitions()))
+            .map(|a| {
+                a.tally
+                    .partitions()
+                    .saturating_sub(a.tally.durable_partitions())
+            })
             .sum()
     }
 
@@ -290,13 +320,14 @@ impl Apps {
             .iter()
             .map(|p| p.persisted_bytes())
             .fold((0, 0), |(d, c), (pd, pc)| (d + pd, c + pc));
-        let durable = partitions
+        let durable = partitions.iter().filter(|p| p.has_segments()).count() as u64;
+        let segments = partitions
             .iter()
-            .filter(|p| p.has_segments())
-            .count() as u64;
+            .map(|p| p.segment_counts())
+            .fold((0, 0), |(d, c), (pd, pc)| (d + pd, c + pc));
         first
             .tally()
-            .release(bytes, partitions.len() as u64, persisted, durable);
+            .release(bytes, partitions.len() as u64, persisted, durable, segments);
     }
 
     // ---- partitions -----------------------------------------------------
@@ -387,6 +418,13 @@ impl Apps {
         app.tally.count_recovered(p.received_bytes());
         if p.has_segments() {
             app.tally.count_durable_partition();
+        }
+        let (disk, cold) = p.segment_counts();
+        for _ in 0..disk {
+            app.tally.count_segment(false);
+        }
+        for _ in 0..cold {
+            app.tally.count_segment(true);
         }
         app.shuffles
             .entry(key.shuffle)

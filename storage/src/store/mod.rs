@@ -75,6 +75,9 @@ pub struct Store {
     /// node's pause, as a Celeborn worker pauses pushes when its memory is
     /// full.
     pause: parking_lot::Mutex<Pause>,
+    /// Users whose consumption gauges were published: one whose
+    /// applications all went is set to 0 once, then forgotten.
+    published_users: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 #[derive(Default)]
@@ -180,6 +183,7 @@ impl Store {
             tasks,
             shutting_down: AtomicBool::new(false),
             pause: parking_lot::Mutex::new(Pause::default()),
+            published_users: Default::default(),
             config,
         });
         if let Some(loaded) = loaded {
@@ -831,6 +835,16 @@ impl Store {
             paused: self.is_paused(),
             durable: &self.durable,
         });
+        let users = self.apps.user_consumption();
+        let mut published = self.published_users.lock();
+        for gone in published.iter().filter(|u| !users.contains_key(*u)) {
+            crate::status::publish_user_gauges(gone, Default::default());
+        }
+        published.clear();
+        for (user, consumption) in users {
+            crate::status::publish_user_gauges(&user, consumption);
+            published.insert(user);
+        }
     }
 
     // ---- shutdown -------------------------------------------------------

@@ -368,7 +368,8 @@ impl Flusher {
                         self.durable.disk(d).check_capacity().await;
                     }
                     metrics::counter!("switchyard_spill_total", labels.clone()).increment(1);
-                    metrics::counter!("switchyard_spill_bytes_total", labels.clone()).increment(bytes);
+                    metrics::counter!("switchyard_spill_bytes_total", labels.clone())
+                        .increment(bytes);
                     metrics::histogram!("switchyard_spill_duration_seconds", labels.clone())
                         .record(started.elapsed().as_secs_f64());
                     self.counters.spilled(bytes);
@@ -377,7 +378,8 @@ impl Flusher {
                 Err(e) => {
                     attempt += 1;
                     self.counters.spill_failed();
-                    metrics::counter!("switchyard_spill_failures_total", labels.clone()).increment(1);
+                    metrics::counter!("switchyard_spill_failures_total", labels.clone())
+                        .increment(1);
                     tracing::warn!(partition = %p.key(), tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
                     if tier == "cold" {
                         // Huge partitions turn to disks for a while.
@@ -517,13 +519,20 @@ impl Flusher {
             p.tally().count_persisted(bytes, segment.disk().is_none());
         }
         if is_new {
+            if !p.is_removed() {
+                p.tally().count_segment(segment.disk().is_none());
+            }
             let mut segs = p.segments.write();
             if let Some(prev) = segs.last() {
                 prev.close();
             } else if !p.is_removed() {
                 // The partition's first segment: it no longer lives in
                 // memory alone (Celeborn's eviction of a memory file).
-                let tier = if segment.disk().is_none() { "cold" } else { "disk" };
+                let tier = if segment.disk().is_none() {
+                    "cold"
+                } else {
+                    "disk"
+                };
                 metrics::counter!(EVICTED_PARTITIONS, "tier" => tier).increment(1);
                 p.tally().count_durable_partition();
             }

@@ -130,12 +130,7 @@ impl Replicator {
         result
     }
 
-    async fn forward_once(
-        &self,
-        peer: &str,
-        id: i64,
-        frame: Message,
-    ) -> Result<(), CelebornError> {
+    async fn forward_once(&self, peer: &str, id: i64, frame: Message) -> Result<(), CelebornError> {
         let conn = self.connection(peer).await?;
         let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.call(id, frame)).await;
         let result = match reply {

@@ -648,11 +648,8 @@ impl WorkerState {
         metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
         metrics::gauge!("switchyard_celeborn_credit_streams").set(self.credit_streams.len() as f64);
         // Map partitions with a reader now (Celeborn's active map partitions).
-        let read: std::collections::HashSet<PartitionKey> = self
-            .credit_streams
-            .iter()
-            .map(|s| s.key.clone())
-            .collect();
+        let read: std::collections::HashSet<PartitionKey> =
+            self.credit_streams.iter().map(|s| s.key.clone()).collect();
         metrics::gauge!("switchyard_celeborn_credit_partitions").set(read.len() as f64);
     }
 
