@@ -35,7 +35,7 @@ use crate::tiers::partition::Partition;
 
 /// Time a flush waited for a flush slot (0 when one was free).
 pub(crate) const SLOT_WAIT_SECONDS: &str = "switchyard_flush_slot_wait_seconds";
-/// Partitions whose data first left memory, by the tier it went to.
+/// Partitions whose data went to a tier for the first time, by tier.
 pub(crate) const EVICTED_PARTITIONS: &str = "switchyard_partitions_evicted_total";
 
 /// The labels of a spill's metrics: its tier, and a cold spill's service.
@@ -519,22 +519,26 @@ impl Flusher {
             p.tally().count_persisted(bytes, segment.disk().is_none());
         }
         if is_new {
-            if !p.is_removed() {
-                p.tally().count_segment(segment.disk().is_none());
-            }
+            let cold = segment.disk().is_none();
             let mut segs = p.segments.write();
+            // A partition removed meanwhile has left its tally already.
+            if !p.is_removed() {
+                p.tally().count_segment(cold);
+                if segs.is_empty() {
+                    // It no longer lives in memory alone.
+                    p.tally().count_durable_partition();
+                }
+                if !segs.iter().any(|s| s.disk().is_none() == cold) {
+                    // Its data's first move to this tier (Celeborn's
+                    // eviction of a memory file to a disk or a DFS): a
+                    // partition that turns huge counts under disk, then
+                    // under cold.
+                    let tier = if cold { "cold" } else { "disk" };
+                    metrics::counter!(EVICTED_PARTITIONS, "tier" => tier).increment(1);
+                }
+            }
             if let Some(prev) = segs.last() {
                 prev.close();
-            } else if !p.is_removed() {
-                // The partition's first segment: it no longer lives in
-                // memory alone (Celeborn's eviction of a memory file).
-                let tier = if segment.disk().is_none() {
-                    "cold"
-                } else {
-                    "disk"
-                };
-                metrics::counter!(EVICTED_PARTITIONS, "tier" => tier).increment(1);
-                p.tally().count_durable_partition();
             }
             // Most partitions keep one segment: room for one, not four.
             segs.reserve_exact(1);
