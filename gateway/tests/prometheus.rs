@@ -507,9 +507,19 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
     // The upstream panels' times are rates over the last minutes: a
     // series must change after Prometheus first saw it, as it does under
     // steady traffic. (The workload above may have pushed everything
-    // before the first scrape that saw its push series, and the Flink job
-    // its handshakes and regions.)
-    bench(&["celeborn", "--master", &master, "--size", "4MiB"]);
+    // before the first scrape that saw its push series, the Flink job its
+    // handshakes and regions, the spills their S3 flushes.)
+    // Two partitions of 10 MiB: each flushes 8 MiB (the single-buffer
+    // threshold) to a disk, then, past 512 KiB, the rest to S3 at commit.
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--size",
+        "20MiB",
+        "--partitions",
+        "2",
+    ]);
     bench(&[
         "flink",
         "--master",
