@@ -452,6 +452,28 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
     assert!(value("sum(switchyard_partitions_evicted_total{tier=\"cold\"})") >= 1.0);
     assert!(s3.puts() > 0, "the S3 server got no PUT");
 
+    // The counts behind the upstream panels, against what the workload did.
+    // Every chunk's size is in the histogram: its sum is the bytes fetched.
+    assert_eq!(
+        value("sum(switchyard_celeborn_chunk_bytes_sum)"),
+        fetched("celeborn"),
+        "chunk sizes add up to the Celeborn bytes fetched"
+    );
+    // The 64 reduce partitions of the overload's Celeborn job, each
+    // reserved and committed once (a revive would add, never remove).
+    assert!(value("sum(switchyard_celeborn_slots_allocated_total)") >= 64.0);
+    assert!(value("sum(switchyard_partition_file_bytes_count)") >= 64.0);
+    assert!(value("sum(switchyard_partition_file_bytes_sum)") >= celeborn_wire);
+    assert!(value("sum(switchyard_celeborn_commit_failures_total)") == 0.0);
+    // Streams: Celeborn's opened, the unknown application's refused, and
+    // the Flink job's 8 credit streams; its 2 map tasks' handshakes.
+    assert!(requests("protocol=\"celeborn\",op=\"open_stream\",outcome=\"ok\"") >= 64.0);
+    assert!(requests("protocol=\"celeborn\",op=\"open_stream\",outcome=\"error\"") >= 1.0);
+    assert!(requests("protocol=\"flink\",op=\"open_stream\",outcome=\"ok\"") >= 8.0);
+    assert!(requests("protocol=\"flink\",op=\"handshake\",outcome=\"ok\"") >= 2.0);
+    // A shuffle each: the overload's two jobs and the Flink job.
+    assert!(value("sum(switchyard_shuffles_created_total)") >= 3.0);
+
     // The dashboard: every expression runs, every metric it names exists.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/switchyard.json");
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

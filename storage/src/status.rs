@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use crate::apps::registry::{UserConsumption, SHUFFLES_CREATED};
+pub use crate::apps::registry::UserConsumption;
+use crate::apps::registry::SHUFFLES_CREATED;
 use crate::apps::{App, Apps};
 use crate::config::MemoryConfig;
 use crate::counters::Counters;
@@ -278,25 +279,29 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
 
 /// The store's counts behind the upstream dashboards' panels, read from
 /// counters (one read per application at most, never per partition).
-pub(crate) struct StoreGauges<'a> {
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Shuffles held, every protocol's.
     pub shuffles: u64,
     pub partitions: u64,
+    /// Partitions with no segment yet (in memory alone).
     pub memory_only_partitions: u64,
+    /// Flushes waiting for a flush slot.
     pub flush_queue: u64,
+    /// Appends wait for memory now.
     pub paused: bool,
-    pub durable: &'a Durable,
 }
 
-pub(crate) fn publish_store_gauges(g: StoreGauges<'_>) {
+pub(crate) fn publish_store_gauges(g: &StoreCounts, durable: &Durable) {
     metrics::gauge!("switchyard_shuffles").set(g.shuffles as f64);
     metrics::gauge!("switchyard_partitions").set(g.partitions as f64);
     metrics::gauge!("switchyard_partitions_in_memory").set(g.memory_only_partitions as f64);
     metrics::gauge!("switchyard_flush_queue").set(g.flush_queue as f64);
     metrics::gauge!("switchyard_memory_paused").set(if g.paused { 1.0 } else { 0.0 });
-    let (capacity, used) = g.durable.read_budget_bytes();
+    let (capacity, used) = durable.read_budget_bytes();
     metrics::gauge!("switchyard_memory_read_capacity_bytes").set(capacity as f64);
     metrics::gauge!("switchyard_memory_read_used_bytes").set(used as f64);
-    let (reading, waiting) = g.durable.reads();
+    let (reading, waiting) = durable.reads();
     metrics::gauge!("switchyard_tier_reads", "state" => "reading").set(reading as f64);
     metrics::gauge!("switchyard_tier_reads", "state" => "waiting").set(waiting as f64);
 }

@@ -19,8 +19,8 @@ use crate::id::{AppId, PartitionKey};
 use crate::tiers::partition::Partition;
 
 /// What a user's applications hold on the durable tiers.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct UserConsumption {
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserConsumption {
     pub disk_bytes: u64,
     pub cold_bytes: u64,
     pub disk_files: u64,

@@ -33,7 +33,7 @@ use crate::id::{path_component, AppId, PartitionKey};
 use crate::persist::manifest::{Change, RecoveredNote};
 use crate::persist::recovery::RecoveryStatus;
 use crate::persist::Recovery;
-use crate::status::{ShuffleStatus, StoreStatus, TierBytes};
+use crate::status::{ShuffleStatus, StoreCounts, StoreStatus, TierBytes, UserConsumption};
 use crate::tiers::budget::{MemoryBudget, Reservation};
 use crate::tiers::memory::MemoryRead;
 use crate::tiers::partition::Partition;
@@ -824,18 +824,29 @@ impl Store {
         crate::status::tier_bytes(&self.budget, &self.durable)
     }
 
-    /// Publishes gauges to the `metrics` recorder, if the process installed one.
-    pub fn publish_gauges(&self) {
-        crate::status::publish_gauges(&self.budget, &self.node, &self.durable, self.apps.len());
-        crate::status::publish_store_gauges(crate::status::StoreGauges {
+    /// Shuffles, partitions (and those in memory alone), queued flushes and
+    /// the pause, from counters.
+    pub fn counts(&self) -> StoreCounts {
+        StoreCounts {
             shuffles: self.apps.shuffle_count(),
             partitions: self.apps.partition_count(),
             memory_only_partitions: self.apps.memory_only_partition_count(),
             flush_queue: self.flusher.queued(),
             paused: self.is_paused(),
-            durable: &self.durable,
-        });
-        let users = self.apps.user_consumption();
+        }
+    }
+
+    /// Per user (applications without one left out): bytes and segments on
+    /// disks and in the cold tier.
+    pub fn user_consumption(&self) -> std::collections::HashMap<String, UserConsumption> {
+        self.apps.user_consumption()
+    }
+
+    /// Publishes gauges to the `metrics` recorder, if the process installed one.
+    pub fn publish_gauges(&self) {
+        crate::status::publish_gauges(&self.budget, &self.node, &self.durable, self.apps.len());
+        crate::status::publish_store_gauges(&self.counts(), &self.durable);
+        let users = self.user_consumption();
         let mut published = self.published_users.lock();
         for gone in published.iter().filter(|u| !users.contains_key(*u)) {
             crate::status::publish_user_gauges(gone, Default::default());

@@ -196,3 +196,34 @@ fn fail(code: StatusCode, peer: &str, detail: String) -> CelebornError {
         detail,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_counted_by_the_cause_celeborn_names() {
+        let cause_of = |code| cause(&fail(code, "peer:1", String::new()));
+        assert_eq!(
+            cause_of(StatusCode::PushDataCreateConnectionFailReplica),
+            "connect"
+        );
+        assert_eq!(cause_of(StatusCode::PushDataTimeoutReplica), "timeout");
+        assert_eq!(cause_of(StatusCode::PushDataWriteFailReplica), "write");
+        assert_eq!(cause_of(StatusCode::HardSplit), "hard_split");
+        assert_eq!(
+            cause_of(StatusCode::PushDataConnectionExceptionReplica),
+            "connection"
+        );
+        // Every cause is one the counters start at 0 with.
+        for code in [
+            StatusCode::PushDataCreateConnectionFailReplica,
+            StatusCode::PushDataTimeoutReplica,
+            StatusCode::PushDataWriteFailReplica,
+            StatusCode::HardSplit,
+            StatusCode::PushDataConnectionExceptionReplica,
+        ] {
+            assert!(CAUSES.contains(&cause_of(code)));
+        }
+    }
+}
