@@ -21,6 +21,39 @@ pub const PROCESS_RESIDENT_BYTES: &str = "switchyard_process_resident_bytes";
 /// Always 1; the `version` label carries the build's version.
 pub const BUILD_INFO: &str = "switchyard_build_info";
 pub const PROCESS_CPU_SECONDS: &str = "switchyard_process_cpu_seconds";
+/// The host's load average over the last minute (`/proc/loadavg`).
+pub const SYSTEM_LOAD1: &str = "switchyard_system_load1";
+/// CPUs this process may run on (its affinity mask and cgroup quota).
+pub const AVAILABLE_CPUS: &str = "switchyard_available_cpus";
+/// 1 while this node decommissions, else 0.
+pub const DECOMMISSIONING: &str = "switchyard_decommissioning";
+/// Workers a fleet coordinator's directory holds, by `state`.
+pub const FLEET_WORKERS: &str = "switchyard_fleet_workers";
+
+/// Bucket bounds for Switchyard's size histograms ([`BYTES_HISTOGRAMS`]):
+/// 1 KiB to 64 GiB, by powers of four.
+/// By name, not by suffix: OpenDAL's own `*_bytes` histograms keep the
+/// exporter's default form.
+const BYTES_HISTOGRAMS: [&str; 2] = [
+    "switchyard_partition_file_bytes",
+    "switchyard_celeborn_chunk_bytes",
+];
+const BYTES_BUCKETS: &[f64] = &[
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+    4294967296.0,
+    17179869184.0,
+    68719476736.0,
+];
 
 /// Bucket bounds for every histogram whose name ends in `_seconds`
 /// (spill durations, throttle waits, ...): 1 ms to 2 min.
@@ -130,6 +163,10 @@ pub fn install_metrics(node_id: &str) -> anyhow::Result<PrometheusHandle> {
         .add_global_label(NODE_LABEL, node_id)
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
         .context("histogram buckets")?
+        .set_buckets_for_metric(Matcher::Full(BYTES_HISTOGRAMS[0].into()), BYTES_BUCKETS)
+        .context("histogram buckets")?
+        .set_buckets_for_metric(Matcher::Full(BYTES_HISTOGRAMS[1].into()), BYTES_BUCKETS)
+        .context("histogram buckets")?
         .install_recorder()
         .context("cannot install the Prometheus recorder")?;
 
@@ -144,6 +181,13 @@ pub fn install_metrics(node_id: &str) -> anyhow::Result<PrometheusHandle> {
         "CPU time (user and system) the switchyard process used"
     );
     metrics::describe_gauge!(BUILD_INFO, "Build information; the value is always 1");
+    metrics::describe_gauge!(SYSTEM_LOAD1, "The host's load average over the last minute");
+    metrics::describe_gauge!(AVAILABLE_CPUS, "CPUs the switchyard process may run on");
+    metrics::describe_gauge!(DECOMMISSIONING, "1 while this node decommissions");
+    metrics::describe_gauge!(
+        FLEET_WORKERS,
+        "Workers this fleet coordinator's directory holds, by state"
+    );
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     update_process_metrics();
     Ok(handle)
@@ -163,6 +207,20 @@ pub fn update_process_metrics() {
     {
         metrics::gauge!(PROCESS_CPU_SECONDS).set(cpu);
     }
+    if let Some(load) = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| parse_load1(&s))
+    {
+        metrics::gauge!(SYSTEM_LOAD1).set(load);
+    }
+    if let Ok(cpus) = std::thread::available_parallelism() {
+        metrics::gauge!(AVAILABLE_CPUS).set(cpus.get() as f64);
+    }
+}
+
+/// The first field of `/proc/loadavg`: the one-minute load average.
+fn parse_load1(loadavg: &str) -> Option<f64> {
+    loadavg.split_whitespace().next()?.parse().ok()
 }
 
 /// User plus system CPU time, in seconds, from `/proc/<pid>/stat` (fields
@@ -197,6 +255,13 @@ mod tests {
         let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 1 2 3";
         assert_eq!(parse_cpu_seconds(stat), Some(3.0));
         assert_eq!(parse_cpu_seconds("42 (x) S"), None);
+    }
+
+    #[test]
+    fn parses_load1() {
+        assert_eq!(parse_load1("0.52 0.58 0.59 1/467 12345\n"), Some(0.52));
+        assert_eq!(parse_load1(""), None);
+        assert_eq!(parse_load1("x 1 2"), None);
     }
 
     #[test]

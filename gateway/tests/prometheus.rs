@@ -6,7 +6,9 @@
 //! metrics that exist. Prometheus also loads the recording rules for the
 //! upstream dashboards (`deploy/prometheus/upstream-dashboards.rules.yml`),
 //! and every mapped upstream panel query
-//! (`tests/fixtures/upstream-panel-queries.json`) must return data.
+//! (`tests/fixtures/upstream-panel-queries.json`) must return data, under
+//! both protocols' traffic, a Flink job and spills to a cold tier on S3 (an
+//! s3s-fs server in this process, on 127.0.0.1).
 //!
 //! Prometheus: `$SWITCHYARD_PROMETHEUS` (which must exist), else
 //! `prometheus` on PATH (Debian's package; `.ci/install-prometheus`).
@@ -43,6 +45,94 @@ fn find_prometheus() -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success())
         .then(|| PathBuf::from("prometheus"))
+}
+
+const S3_ACCESS_KEY: &str = "switchyard-test";
+const S3_SECRET_KEY: &str = "switchyard-test-secret";
+const S3_BUCKET: &str = "shuffle";
+
+/// An S3 server (s3s-fs: each object a file below `root`) on a free
+/// loopback port, served by a runtime of its own until dropped.
+struct S3Server {
+    addr: SocketAddr,
+    puts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _root: tempfile::TempDir,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl S3Server {
+    fn start() -> S3Server {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        use hyper_util::server::conn::auto::Builder;
+        let root = tempfile::tempdir().unwrap();
+        // s3s-fs keeps a bucket as a directory below its root.
+        std::fs::create_dir_all(root.path().join(S3_BUCKET)).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let service = {
+            let fs = s3s_fs::FileSystem::new(root.path()).unwrap();
+            let mut b = s3s::service::S3ServiceBuilder::new(fs);
+            b.set_auth(s3s::auth::SimpleAuth::from_single(
+                S3_ACCESS_KEY,
+                S3_SECRET_KEY,
+            ));
+            b.build()
+        };
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let puts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = puts.clone();
+        runtime.spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (service, puts) = (service.clone(), counted.clone());
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        if req.method() == hyper::Method::PUT {
+                            puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        let service = service.clone();
+                        async move { hyper::service::Service::call(&service, req).await }
+                    },
+                );
+                tokio::spawn(async move {
+                    let _ = Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(socket), svc)
+                        .await;
+                });
+            }
+        });
+        S3Server {
+            addr,
+            puts,
+            _root: root,
+            _runtime: runtime,
+        }
+    }
+
+    /// The node's `[storage.cold]`: this bucket, partitions past
+    /// `huge_partition_threshold` go there.
+    fn cold_toml(&self, huge_partition_threshold: &str) -> String {
+        format!(
+            "[storage.cold]\nservice = \"s3\"\nbucket = \"{S3_BUCKET}\"\n\
+             endpoint = \"http://{}\"\naccess_key_id = \"{S3_ACCESS_KEY}\"\n\
+             secret_access_key = \"{S3_SECRET_KEY}\"\n\
+             huge_partition_threshold = \"{huge_partition_threshold}\"\n",
+            self.addr
+        )
+    }
+
+    /// PUT requests (objects and multipart parts) the server answered.
+    fn puts(&self) -> usize {
+        self.puts.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The recording rules for the upstream Celeborn and Uniffle dashboards.
@@ -252,15 +342,12 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
         eprintln!("SKIPPED: no prometheus (apt-get install prometheus, or .ci/install-prometheus)");
         return;
     };
-    let cold = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start();
     let cluster = Cluster::start_with(
         1,
         ClusterOptions {
             memory: "32MiB".into(),
-            extra_toml: format!(
-                "[storage.cold]\nservice = \"fs\"\nroot = \"{}\"\nhuge_partition_threshold = \"512KiB\"\n",
-                cold.path().display()
-            ),
+            extra_toml: s3.cold_toml("512KiB"),
             ..ClusterOptions::default()
         },
     );
@@ -356,10 +443,49 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
             >= 1.0
     );
 
+    // Partitions past 512 KiB went to the S3 cold tier, counted as such.
+    let value = |promql: &str| prometheus.query(promql).first().map_or(0.0, |(_, v)| *v);
+    assert!(
+        value("sum(switchyard_spill_total{tier=\"cold\",service=\"s3\"})") >= 1.0,
+        "no flush to the S3 cold tier was counted"
+    );
+    assert!(value("sum(switchyard_partitions_evicted_total{tier=\"cold\"})") >= 1.0);
+    assert!(s3.puts() > 0, "the S3 server got no PUT");
+
+    // The counts behind the upstream panels, against what the workload did.
+    // Every chunk's size is in the histogram: its sum is the bytes fetched.
+    assert_eq!(
+        value("sum(switchyard_celeborn_chunk_bytes_sum)"),
+        fetched("celeborn"),
+        "chunk sizes add up to the Celeborn bytes fetched"
+    );
+    // The 64 reduce partitions of the overload's Celeborn job, each
+    // reserved and committed once (a revive would add, never remove).
+    assert!(value("sum(switchyard_celeborn_slots_allocated_total)") >= 64.0);
+    assert!(value("sum(switchyard_partition_file_bytes_count)") >= 64.0);
+    assert!(value("sum(switchyard_partition_file_bytes_sum)") >= celeborn_wire);
+    assert!(value("sum(switchyard_celeborn_commit_failures_total)") == 0.0);
+    // Streams: Celeborn's opened, the unknown application's refused, and
+    // the Flink job's 8 credit streams; its 2 map tasks' handshakes.
+    assert!(requests("protocol=\"celeborn\",op=\"open_stream\",outcome=\"ok\"") >= 64.0);
+    assert!(requests("protocol=\"celeborn\",op=\"open_stream\",outcome=\"error\"") >= 1.0);
+    assert!(requests("protocol=\"flink\",op=\"open_stream\",outcome=\"ok\"") >= 8.0);
+    assert!(requests("protocol=\"flink\",op=\"handshake\",outcome=\"ok\"") >= 2.0);
+    // A shuffle each: the overload's two jobs and the Flink job.
+    assert!(value("sum(switchyard_shuffles_created_total)") >= 3.0);
+
     // The dashboard: every expression runs, every metric it names exists.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/switchyard.json");
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let panels = dashboard["panels"].as_array().unwrap();
+    let top = dashboard["panels"].as_array().unwrap();
+    // Rows hold no queries; a collapsed one keeps its panels inside it.
+    let panels: Vec<&Value> = top
+        .iter()
+        .flat_map(|p| match p["type"].as_str() {
+            Some("row") => p["panels"].as_array().into_iter().flatten().collect(),
+            _ => vec![p],
+        })
+        .collect();
     assert!(panels.len() >= 10, "{} panels", panels.len());
     let mut names = BTreeSet::new();
     let mut exprs = 0;
@@ -385,7 +511,9 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
         // A histogram of waits exists only once an append waited, which
         // the overload may or may not cause on a given run.
         let event_only = name.starts_with("switchyard_memory_wait_seconds");
-        if !event_only && series.as_array().is_none_or(|s| s.is_empty()) {
+        // Only fleet coordinators hold a directory of workers.
+        let fleet_only = name == "switchyard_fleet_workers";
+        if !event_only && !fleet_only && series.as_array().is_none_or(|s| s.is_empty()) {
             missing.push(name.clone());
         }
     }
@@ -401,8 +529,32 @@ fn prometheus_sees_the_traffic_and_the_dashboard_queries_work() {
     // The upstream panels' times are rates over the last minutes: a
     // series must change after Prometheus first saw it, as it does under
     // steady traffic. (The workload above may have pushed everything
-    // before the first scrape that saw its push series.)
-    bench(&["celeborn", "--master", &master, "--size", "4MiB"]);
+    // before the first scrape that saw its push series, the Flink job its
+    // handshakes and regions, the spills their S3 flushes.)
+    // Two partitions of 10 MiB: each flushes 8 MiB (the single-buffer
+    // threshold) to a disk, then, past 512 KiB, the rest to S3 at commit.
+    bench(&[
+        "celeborn",
+        "--master",
+        &master,
+        "--size",
+        "20MiB",
+        "--partitions",
+        "2",
+    ]);
+    bench(&[
+        "flink",
+        "--master",
+        &master,
+        "--size",
+        "1MiB",
+        "--mappers",
+        "2",
+        "--sub-partitions",
+        "2",
+        "--regions",
+        "1",
+    ]);
     prometheus.settle();
     check_promtool(&prometheus_bin);
     upstream_panels_return_data(&prometheus);
@@ -433,21 +585,65 @@ fn check_promtool(prometheus_bin: &Path) {
     }
 }
 
+/// The Celeborn v0.7.0 panel queries the rules must light: at least this
+/// many of its 194 return data here.
+const CELEBORN_MAPPED_MIN: usize = 120;
+
 /// Every mapped upstream panel query, as Grafana sends it with every
-/// instance selected, returns a number for this node.
+/// instance selected, returns a number for this node; every unmapped one
+/// has its reason, in the fixture and in the rules file's header.
 fn upstream_panels_return_data(prometheus: &Prometheus) {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream-panel-queries.json");
     let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let header: String = std::fs::read_to_string(upstream_rules())
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with('#') || l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut queries = Vec::new();
-    for dashboard in ["celeborn", "uniffle"] {
+    let (mut celeborn_total, mut celeborn_mapped, mut untested) = (0, 0, 0);
+    for dashboard in ["celeborn", "celeborn_v0_6_3", "uniffle"] {
         let list = fixture[dashboard]["queries"].as_array().unwrap();
-        assert!(list.len() >= 10, "{dashboard}: {} queries", list.len());
+        assert!(!list.is_empty(), "{dashboard}: no queries");
         for q in list {
+            let panel = q["panel"].as_str().unwrap();
+            if dashboard == "celeborn" {
+                celeborn_total += 1;
+            }
+            if let Some(why) = q.get("unmapped") {
+                assert!(
+                    why.as_str().is_some_and(|w| w.len() > 10),
+                    "{dashboard} {panel}: unmapped without a reason"
+                );
+                // The header names every dark panel, by its metric's name
+                // less the metrics_ prefix and the Value/Count/... suffix.
+                let name = upstream_name(q["expr"].as_str().unwrap());
+                assert!(
+                    header.contains(&name)
+                        || name.starts_with("push_")
+                        || name.starts_with("fetch_")
+                        || name.starts_with("replicate_"),
+                    "{dashboard} {panel}: unmapped, but {name} is not in the rules file's header"
+                );
+                continue;
+            }
+            if q.get("untested").is_some() {
+                untested += 1;
+                continue;
+            }
+            if dashboard == "celeborn" {
+                celeborn_mapped += 1;
+            }
             let promql = q["expr"].as_str().unwrap().replace("${instance}", ".*");
-            queries.push((format!("{dashboard} {}", q["panel"]), promql));
+            queries.push((format!("{dashboard} {panel}"), promql));
         }
     }
+    assert_eq!(
+        celeborn_total, 194,
+        "the v0.7.0 dashboard has 194 panel queries"
+    );
     // The rules run every second: the first evaluation after the last
     // scrape may still be ahead.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -470,7 +666,28 @@ fn upstream_panels_return_data(prometheus: &Prometheus) {
         std::thread::sleep(Duration::from_secs(1));
     }
     eprintln!(
-        "upstream dashboards: {} panel queries return data",
+        "upstream dashboards: {celeborn_mapped} of {celeborn_total} Celeborn v0.7.0 panel queries \
+         mapped and returning data ({untested} more mapped, fed by what this node does not run); \
+         {} panel queries return data in all",
         queries.len()
     );
+    assert!(
+        celeborn_mapped >= CELEBORN_MAPPED_MIN,
+        "{celeborn_mapped} of {celeborn_total} Celeborn v0.7.0 panel queries mapped"
+    );
+}
+
+/// `metrics_X_Value{...}` (or a function of it): `X`.
+fn upstream_name(expr: &str) -> String {
+    let start = expr.find("metrics_").expect("an upstream series") + "metrics_".len();
+    let name: String = expr[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    for suffix in ["_Value", "_Count", "_Mean", "_Max", "_99thPercentile"] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            return base.to_string();
+        }
+    }
+    name
 }

@@ -3,14 +3,18 @@
 
 use serde::Serialize;
 
+pub use crate::apps::registry::UserConsumption;
+use crate::apps::registry::SHUFFLES_CREATED;
 use crate::apps::{App, Apps};
 use crate::config::MemoryConfig;
 use crate::counters::Counters;
 pub use crate::counters::OperationCounts;
 use crate::persist::recovery::RecoveryStatus;
+use crate::store::{PARTITION_FILE_BYTES, PAUSE_SECONDS};
 use crate::tiers::budget::MemoryBudget;
 use crate::tiers::cold::ColdStatus;
 use crate::tiers::disk::{DiskHealth, DiskStatus};
+use crate::tiers::flush::{spill_labels, EVICTED_PARTITIONS, SLOT_WAIT_SECONDS};
 use crate::tiers::Durable;
 use switchyard_memory::{NodeMemory, Part};
 
@@ -248,9 +252,15 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
     }
     if !durable.disks().is_empty() {
         metrics::counter!("switchyard_spill_failures_total", "tier" => "disk").increment(0);
+        metrics::counter!(EVICTED_PARTITIONS, "tier" => "disk").increment(0);
     }
-    if durable.cold().is_some() {
-        metrics::counter!("switchyard_spill_failures_total", "tier" => "cold").increment(0);
+    if let Some(cold) = durable.cold() {
+        metrics::counter!(
+            "switchyard_spill_failures_total",
+            spill_labels("cold", cold.service())
+        )
+        .increment(0);
+        metrics::counter!(EVICTED_PARTITIONS, "tier" => "cold").increment(0);
         for op in ["read", "write"] {
             metrics::counter!("switchyard_cold_failures_total", "op" => op).increment(0);
         }
@@ -259,6 +269,54 @@ pub(crate) fn register_failure_counters(durable: &Durable) {
         }
     }
     metrics::counter!("switchyard_flush_timeouts_total").increment(0);
+    // Event counts and times the dashboards chart from the start: a panel
+    // shows 0 shuffles created, 0 pauses, rather than no data.
+    metrics::counter!(SHUFFLES_CREATED).increment(0);
+    let _ = metrics::histogram!(PAUSE_SECONDS);
+    let _ = metrics::histogram!(SLOT_WAIT_SECONDS);
+    let _ = metrics::histogram!(PARTITION_FILE_BYTES);
+}
+
+/// The store's counts behind the upstream dashboards' panels, read from
+/// counters (one read per application at most, never per partition).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Shuffles held, every protocol's.
+    pub shuffles: u64,
+    pub partitions: u64,
+    /// Partitions with no segment yet (in memory alone).
+    pub memory_only_partitions: u64,
+    /// Flushes waiting for a flush slot.
+    pub flush_queue: u64,
+    /// Appends wait for memory now.
+    pub paused: bool,
+}
+
+pub(crate) fn publish_store_gauges(g: &StoreCounts, durable: &Durable) {
+    metrics::gauge!("switchyard_shuffles").set(g.shuffles as f64);
+    metrics::gauge!("switchyard_partitions").set(g.partitions as f64);
+    metrics::gauge!("switchyard_partitions_in_memory").set(g.memory_only_partitions as f64);
+    metrics::gauge!("switchyard_flush_queue").set(g.flush_queue as f64);
+    metrics::gauge!("switchyard_memory_paused").set(if g.paused { 1.0 } else { 0.0 });
+    let (capacity, used) = durable.read_budget_bytes();
+    metrics::gauge!("switchyard_memory_read_capacity_bytes").set(capacity as f64);
+    metrics::gauge!("switchyard_memory_read_used_bytes").set(used as f64);
+    let (reading, waiting) = durable.reads();
+    metrics::gauge!("switchyard_tier_reads", "state" => "reading").set(reading as f64);
+    metrics::gauge!("switchyard_tier_reads", "state" => "waiting").set(waiting as f64);
+}
+
+/// One user's bytes and files (segments) on disks and in the cold tier.
+pub(crate) fn publish_user_gauges(user: &str, c: UserConsumption) {
+    for (tier, bytes, files) in [
+        ("disk", c.disk_bytes, c.disk_files),
+        ("cold", c.cold_bytes, c.cold_files),
+    ] {
+        metrics::gauge!("switchyard_user_bytes", "user" => user.to_string(), "tier" => tier)
+            .set(bytes as f64);
+        metrics::gauge!("switchyard_user_files", "user" => user.to_string(), "tier" => tier)
+            .set(files as f64);
+    }
 }
 
 /// Publishes gauges to the `metrics` recorder, if the process installed one.

@@ -577,3 +577,68 @@ async fn node_load_counts_what_a_full_walk_counts() {
     assert_eq!((store.node_load().partitions, walked(&store)), (10, 10));
     assert!(store.node_load().ready && store.node_load().disk_free > 0);
 }
+
+/// The counts the upstream dashboards chart (memory-only partitions, a
+/// user's files and bytes per tier) follow flushes and removals: they are
+/// counted where segments are written and partitions removed, never by a
+/// walk, so a removal that missed them would leave them high forever.
+#[tokio::test]
+async fn partition_and_user_counts_follow_flushes_and_removals() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 64 << 20)).await.unwrap();
+    store.register_app("app-1");
+    store.set_app_user("app-1", "tenant.alice");
+    let (a, b) = (
+        PartitionKey::new("app-1", 0, 0),
+        PartitionKey::new("app-1", 0, 1),
+    );
+    store
+        .append(&a, vec![block(0, 0, 1000)], None)
+        .await
+        .unwrap();
+    store
+        .append(&b, vec![block(1, 0, 500)], None)
+        .await
+        .unwrap();
+    let counts = store.counts();
+    assert_eq!(
+        (
+            counts.shuffles,
+            counts.partitions,
+            counts.memory_only_partitions
+        ),
+        (1, 2, 2)
+    );
+    assert!(!counts.paused);
+    assert_eq!(store.user_consumption()["tenant.alice"].disk_files, 0);
+
+    // One partition committed: its segment is on the disk, the other
+    // partition still in memory alone.
+    store.seal(&a).await.unwrap();
+    assert_eq!(store.counts().memory_only_partitions, 1);
+    let alice = store.user_consumption()["tenant.alice"];
+    assert_eq!((alice.disk_files, alice.disk_bytes), (1, 1000));
+    assert_eq!((alice.cold_files, alice.cold_bytes), (0, 0));
+
+    // A second flush of the other one: two segments in all.
+    store.flush_shuffle("app-1", 0).await.unwrap();
+    assert_eq!(store.counts().memory_only_partitions, 0);
+    assert_eq!(store.user_consumption()["tenant.alice"].disk_files, 2);
+
+    store.remove_shuffle("app-1", 0).await.unwrap();
+    let counts = store.counts();
+    assert_eq!(
+        (
+            counts.shuffles,
+            counts.partitions,
+            counts.memory_only_partitions
+        ),
+        (0, 0, 0)
+    );
+    let alice = store.user_consumption()["tenant.alice"];
+    assert_eq!(
+        alice,
+        Default::default(),
+        "removed segments leave the counts"
+    );
+}

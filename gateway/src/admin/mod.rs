@@ -23,6 +23,7 @@ use switchyard_storage::{Store, StoreStatus};
 use self::throughput::ThroughputHistory;
 use crate::node::NodeStatus;
 use crate::telemetry;
+use switchyard_cluster::proto::WorkerState;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -87,6 +88,7 @@ async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
     // Fresh figures on every scrape, whatever the store's own timer does.
     state.store.publish_gauges();
     telemetry::update_process_metrics();
+    publish_node_gauges(&state);
     (
         [(
             header::CONTENT_TYPE,
@@ -94,6 +96,43 @@ async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
+}
+
+/// The node's decommission state and, on a fleet coordinator, its
+/// directory's workers by state (Celeborn's master counts them).
+fn publish_node_gauges(state: &AdminState) {
+    let decommissioning = if state.decommission.is_active() {
+        1.0
+    } else {
+        0.0
+    };
+    metrics::gauge!(telemetry::DECOMMISSIONING).set(decommissioning);
+    if let Some(c) = &state.coordination {
+        // Placement takes the live, active, healthy ones; a live active
+        // worker whose heartbeat says no tier takes writes is left out (a
+        // Celeborn master's excluded workers).
+        let mut counts = [
+            ("active", 0u64),
+            ("excluded", 0),
+            ("decommissioning", 0),
+            ("lost", 0),
+        ];
+        for (heartbeat, _, lost) in c.directory.entries() {
+            let i = if lost {
+                3
+            } else if heartbeat.state == WorkerState::Decommissioning as i32 {
+                2
+            } else if heartbeat.load.is_some_and(|l| l.healthy) {
+                0
+            } else {
+                1
+            };
+            counts[i].1 += 1;
+        }
+        for (s, n) in counts {
+            metrics::gauge!(telemetry::FLEET_WORKERS, "state" => s).set(n as f64);
+        }
+    }
 }
 
 #[derive(Serialize)]

@@ -7,7 +7,7 @@ mod app;
 pub mod ledger;
 pub mod lifecycle;
 mod quota;
-mod registry;
+pub(crate) mod registry;
 
 pub(crate) use app::App;
 pub(crate) use registry::Apps;

@@ -18,6 +18,18 @@ use crate::error::{Result, StorageError};
 use crate::id::{AppId, PartitionKey};
 use crate::tiers::partition::Partition;
 
+/// What a user's applications hold on the durable tiers.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserConsumption {
+    pub disk_bytes: u64,
+    pub cold_bytes: u64,
+    pub disk_files: u64,
+    pub cold_files: u64,
+}
+
+/// Shuffles the store created since the process started (every protocol's).
+pub(crate) const SHUFFLES_CREATED: &str = "switchyard_shuffles_created_total";
+
 pub(crate) struct Apps {
     config: AppConfig,
     quotas: Quotas,
@@ -109,6 +121,40 @@ impl Apps {
 
     pub(crate) fn len(&self) -> usize {
         self.apps.len()
+    }
+
+    /// Shuffles held, over every application.
+    pub(crate) fn shuffle_count(&self) -> u64 {
+        self.apps.iter().map(|a| a.shuffle_count() as u64).sum()
+    }
+
+    /// Per user (applications without one left out): bytes and segments on
+    /// disks and in the cold tier, from the tallies.
+    pub(crate) fn user_consumption(&self) -> std::collections::HashMap<String, UserConsumption> {
+        let mut out: std::collections::HashMap<String, UserConsumption> = Default::default();
+        for a in self.apps.iter() {
+            let Some(user) = a.user() else { continue };
+            let (_, disk, cold) = a.tally.tier_bytes();
+            let (disk_files, cold_files) = a.tally.segments();
+            let u = out.entry(user).or_default();
+            u.disk_bytes += disk;
+            u.cold_bytes += cold;
+            u.disk_files += disk_files;
+            u.cold_files += cold_files;
+        }
+        out
+    }
+
+    /// Partitions held that have no segment yet (in memory alone).
+    pub(crate) fn memory_only_partition_count(&self) -> u64 {
+        self.apps
+            .iter()
+            .map(|a| {
+                a.tally
+                    .partitions()
+                    .saturating_sub(a.tally.durable_partitions())
+            })
+            .sum()
     }
 
     /// Partitions held by every live application, from their tallies: one
@@ -274,9 +320,14 @@ impl Apps {
             .iter()
             .map(|p| p.persisted_bytes())
             .fold((0, 0), |(d, c), (pd, pc)| (d + pd, c + pc));
+        let durable = partitions.iter().filter(|p| p.has_segments()).count() as u64;
+        let segments = partitions
+            .iter()
+            .map(|p| p.segment_counts())
+            .fold((0, 0), |(d, c), (pd, pc)| (d + pd, c + pc));
         first
             .tally()
-            .release(bytes, partitions.len() as u64, persisted);
+            .release(bytes, partitions.len() as u64, persisted, durable, segments);
     }
 
     // ---- partitions -----------------------------------------------------
@@ -306,7 +357,10 @@ impl Apps {
         let shuffle = app
             .shuffles
             .entry(key.shuffle)
-            .or_insert_with(|| Arc::new(Shuffle::default()))
+            .or_insert_with(|| {
+                metrics::counter!(SHUFFLES_CREATED).increment(1);
+                Arc::new(Shuffle::default())
+            })
             .clone();
         let p = match shuffle.partitions.entry(key.local()) {
             dashmap::Entry::Occupied(e) => e.get().clone(),
@@ -362,6 +416,16 @@ impl Apps {
         };
         let p = build(app.tally.clone());
         app.tally.count_recovered(p.received_bytes());
+        if p.has_segments() {
+            app.tally.count_durable_partition();
+        }
+        let (disk, cold) = p.segment_counts();
+        for _ in 0..disk {
+            app.tally.count_segment(false);
+        }
+        for _ in 0..cold {
+            app.tally.count_segment(true);
+        }
         app.shuffles
             .entry(key.shuffle)
             .or_insert_with(|| Arc::new(Shuffle::default()))

@@ -33,7 +33,7 @@ use crate::id::{path_component, AppId, PartitionKey};
 use crate::persist::manifest::{Change, RecoveredNote};
 use crate::persist::recovery::RecoveryStatus;
 use crate::persist::Recovery;
-use crate::status::{ShuffleStatus, StoreStatus, TierBytes};
+use crate::status::{ShuffleStatus, StoreCounts, StoreStatus, TierBytes, UserConsumption};
 use crate::tiers::budget::{MemoryBudget, Reservation};
 use crate::tiers::memory::MemoryRead;
 use crate::tiers::partition::Partition;
@@ -42,6 +42,10 @@ use crate::view::{Chunk, PartitionView, SelectedView, Selection};
 use switchyard_memory::NodeMemory;
 
 pub use crate::tiers::PartitionIndex;
+
+/// Size of each partition at its first commit (seal), in bytes: Celeborn's
+/// partition file sizes.
+pub(crate) const PARTITION_FILE_BYTES: &str = "switchyard_partition_file_bytes";
 
 /// Figures of one partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -67,7 +71,39 @@ pub struct Store {
     cancel: CancellationToken,
     tasks: TaskTracker,
     shutting_down: AtomicBool,
+    /// Appends waiting for memory now, and since when some have been: the
+    /// node's pause, as a Celeborn worker pauses pushes when its memory is
+    /// full.
+    pause: parking_lot::Mutex<Pause>,
+    /// Users whose consumption gauges were published: one whose
+    /// applications all went is set to 0 once, then forgotten.
+    published_users: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
+
+#[derive(Default)]
+struct Pause {
+    waiting: u64,
+    since: Option<Instant>,
+}
+
+/// An append's part in a pause; the last one to go on ends the pause.
+struct Paused<'a>(&'a Store);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let mut pause = self.0.pause.lock();
+        pause.waiting -= 1;
+        if pause.waiting == 0 {
+            if let Some(since) = pause.since.take() {
+                metrics::histogram!(PAUSE_SECONDS).record(since.elapsed().as_secs_f64());
+            }
+        }
+    }
+}
+
+/// The length of each pause: from the first append that found the budget
+/// full to the last waiting one going on (its count: the pauses).
+pub(crate) const PAUSE_SECONDS: &str = "switchyard_memory_pause_seconds";
 
 /// Lapsed applications whose data is deleted at once.
 const EXPIRY_PURGES: usize = 8;
@@ -156,6 +192,8 @@ impl Store {
             cancel,
             tasks,
             shutting_down: AtomicBool::new(false),
+            pause: parking_lot::Mutex::new(Pause::default()),
+            published_users: Default::default(),
             config,
         });
         if let Some(loaded) = loaded {
@@ -163,6 +201,12 @@ impl Store {
         }
         store.start_background();
         crate::status::register_failure_counters(&store.durable);
+        if store.recovery.is_enabled() {
+            // Recorded commits and failed ones from the start: the upstream
+            // dashboard's metadata operation panels chart both.
+            metrics::counter!("switchyard_manifest_commits_total").increment(0);
+            metrics::counter!("switchyard_manifest_failures_total").increment(0);
+        }
         tracing::info!(
             memory = %store.config.memory.capacity,
             disks = store.durable.disks().len(),
@@ -359,6 +403,8 @@ impl Store {
     ) -> Result<()> {
         let deadline = tokio::time::Instant::now() + max_wait;
         let mut waited: Option<Instant> = None;
+        // This append's part in the node's pause, ended however the wait ends.
+        let mut paused: Option<Paused<'_>> = None;
         loop {
             let released = self.budget.released();
             tokio::pin!(released);
@@ -366,6 +412,9 @@ impl Store {
             match self.append(key, blocks.clone(), None).await {
                 Err(e) if e.is_backpressure() => {
                     waited.get_or_insert_with(Instant::now);
+                    if paused.is_none() {
+                        paused = Some(self.pause_started());
+                    }
                     tokio::select! {
                         _ = &mut released => {}
                         _ = tokio::time::sleep_until(deadline) => {
@@ -385,6 +434,19 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// An append starts waiting for memory: the first one starts a pause.
+    fn pause_started(&self) -> Paused<'_> {
+        let mut pause = self.pause.lock();
+        pause.waiting += 1;
+        pause.since.get_or_insert_with(Instant::now);
+        Paused(self)
+    }
+
+    /// Whether appends wait for memory now.
+    pub fn is_paused(&self) -> bool {
+        self.pause.lock().waiting > 0
     }
 
     // ---- reads ----------------------------------------------------------
@@ -510,7 +572,7 @@ impl Store {
         notes: Vec<(String, Vec<u8>)>,
     ) -> Result<PartitionStats> {
         let p = self.apps.partition_or_create(key)?;
-        p.seal();
+        let first = p.seal();
         let deadline = self.commit_deadline();
         let flush = self.flusher.flush_in_background(&p);
         self.flusher
@@ -519,7 +581,14 @@ impl Store {
         let notes = Recovery::note_changes(&key.app, key.shuffle, notes);
         self.record_until(std::slice::from_ref(&p), notes, deadline)
             .await?;
-        self.partition_stats(key)
+        let stats = self.partition_stats(key)?;
+        if first {
+            // The size of the file a Celeborn worker would close here
+            // (a commit that timed out at its first seal is not counted).
+            metrics::histogram!(PARTITION_FILE_BYTES)
+                .record((stats.disk_bytes + stats.cold_bytes) as f64);
+        }
+        Ok(stats)
     }
 
     /// Makes the partitions durable and records them with the front end's
@@ -765,9 +834,38 @@ impl Store {
         crate::status::tier_bytes(&self.budget, &self.durable)
     }
 
+    /// Shuffles, partitions (and those in memory alone), queued flushes and
+    /// the pause, from counters.
+    pub fn counts(&self) -> StoreCounts {
+        StoreCounts {
+            shuffles: self.apps.shuffle_count(),
+            partitions: self.apps.partition_count(),
+            memory_only_partitions: self.apps.memory_only_partition_count(),
+            flush_queue: self.flusher.queued(),
+            paused: self.is_paused(),
+        }
+    }
+
+    /// Per user (applications without one left out): bytes and segments on
+    /// disks and in the cold tier.
+    pub fn user_consumption(&self) -> std::collections::HashMap<String, UserConsumption> {
+        self.apps.user_consumption()
+    }
+
     /// Publishes gauges to the `metrics` recorder, if the process installed one.
     pub fn publish_gauges(&self) {
         crate::status::publish_gauges(&self.budget, &self.node, &self.durable, self.apps.len());
+        crate::status::publish_store_gauges(&self.counts(), &self.durable);
+        let users = self.user_consumption();
+        let mut published = self.published_users.lock();
+        for gone in published.iter().filter(|u| !users.contains_key(*u)) {
+            crate::status::publish_user_gauges(gone, Default::default());
+        }
+        published.clear();
+        for (user, consumption) in users {
+            crate::status::publish_user_gauges(&user, consumption);
+            published.insert(user);
+        }
     }
 
     // ---- shutdown -------------------------------------------------------

@@ -329,6 +329,11 @@ impl ColdTier {
         self.health.record_failure();
     }
 
+    /// The OpenDAL service: `fs`, `s3` or `hdfs`.
+    pub(crate) fn service(&self) -> &'static str {
+        self.service
+    }
+
     /// Object path for `rel` (a `/`-separated path below the prefix).
     pub(crate) fn path(&self, rel: &str) -> String {
         if self.prefix.is_empty() {

@@ -46,6 +46,11 @@ pub(crate) struct Durable {
     /// Read budget in KiB units: bounds the memory that reads hold at once.
     read_budget: Arc<Semaphore>,
     read_budget_kib: u32,
+    /// Reads holding part of the read budget, and reads waiting for it
+    /// (Celeborn's allocated read buffers and its buffer dispatcher's
+    /// pending requests).
+    reads_holding: AtomicU64,
+    reads_waiting: AtomicU64,
     next_segment: AtomicU64,
     /// The first segment uid of this open: files of older uids were made
     /// by an earlier process.
@@ -109,11 +114,29 @@ impl Durable {
             index_cache,
             read_budget,
             read_budget_kib,
+            reads_holding: AtomicU64::new(0),
+            reads_waiting: AtomicU64::new(0),
             next_segment: AtomicU64::new(uid_start),
             uid_start,
             io_timeout: config.disks.io_timeout,
             counters,
         })
+    }
+
+    /// The read budget (`memory.read_capacity`) and the part of it reads
+    /// hold now, in bytes.
+    pub(crate) fn read_budget_bytes(&self) -> (u64, u64) {
+        let total = self.read_budget_kib as u64;
+        let free = (self.read_budget.available_permits() as u64).min(total);
+        (total * 1024, (total - free) * 1024)
+    }
+
+    /// Reads holding read budget, and reads waiting for it.
+    pub(crate) fn reads(&self) -> (u64, u64) {
+        (
+            self.reads_holding.load(Ordering::Relaxed),
+            self.reads_waiting.load(Ordering::Relaxed),
+        )
     }
 
     /// True while some tier can take flushes.
@@ -291,11 +314,17 @@ impl Durable {
         };
         // A read larger than the whole budget takes all of it, alone.
         let kib = ((len + cold_overhead).div_ceil(1024)).min(self.read_budget_kib as u64) as u32;
-        let _budget = self
-            .read_budget
-            .acquire_many(kib)
-            .await
-            .map_err(|_| StorageError::ShuttingDown)?;
+        let _budget = match self.read_budget.try_acquire_many(kib) {
+            Ok(permit) => permit,
+            Err(_) => {
+                let _waiting = Held::count(&self.reads_waiting);
+                self.read_budget
+                    .acquire_many(kib)
+                    .await
+                    .map_err(|_| StorageError::ShuttingDown)?
+            }
+        };
+        let _holding = Held::count(&self.reads_holding);
         let mut pieces = Vec::new();
         for seg in &segments {
             let seg_end = seg.logical_start + seg.len();
@@ -430,5 +459,21 @@ fn concat(mut pieces: Vec<Bytes>) -> Bytes {
             }
             out.freeze()
         }
+    }
+}
+
+/// One count in a gauge's counter for as long as it lives.
+struct Held<'a>(&'a AtomicU64);
+
+impl<'a> Held<'a> {
+    fn count(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Held(counter)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

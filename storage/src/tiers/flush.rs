@@ -33,6 +33,20 @@ use crate::error::{Result, StorageError};
 use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
 use crate::tiers::partition::Partition;
 
+/// Time a flush waited for a flush slot (0 when one was free).
+pub(crate) const SLOT_WAIT_SECONDS: &str = "switchyard_flush_slot_wait_seconds";
+/// Partitions whose data went to a tier for the first time, by tier.
+pub(crate) const EVICTED_PARTITIONS: &str = "switchyard_partitions_evicted_total";
+
+/// The labels of a spill's metrics: its tier, and a cold spill's service.
+pub(crate) fn spill_labels(tier: &'static str, service: &'static str) -> Vec<metrics::Label> {
+    let mut labels = vec![metrics::Label::new("tier", tier)];
+    if !service.is_empty() {
+        labels.push(metrics::Label::new("service", service));
+    }
+    labels
+}
+
 /// Where one flush goes.
 enum Target {
     /// Append to the partition's open segment on this disk.
@@ -58,6 +72,9 @@ pub(crate) struct Flusher {
     retarget: Arc<Notify>,
     /// Largest charge refused since the last spill check (0: none).
     pressure: AtomicU64,
+    /// Flushes waiting for a flush slot now (`switchyard_flush_queue`): how
+    /// far the writes lag behind what memory asks of them.
+    queued: AtomicU64,
     counters: Arc<Counters>,
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -92,6 +109,7 @@ impl Flusher {
             spill_wakeup: Notify::new(),
             retarget,
             pressure: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
             counters,
             cancel,
             tasks,
@@ -203,14 +221,30 @@ impl Flusher {
         }
     }
 
-    /// One flush slot, or ShuttingDown.
+    /// Flushes waiting for a flush slot now.
+    pub(crate) fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// One flush slot, or ShuttingDown. The wait is counted in the queue
+    /// gauge while it lasts and timed once it ends (a slot is every write's
+    /// one shared resource, as a Celeborn flusher's buffers are).
     async fn flush_slot(&self) -> Result<OwnedSemaphorePermit> {
-        tokio::select! {
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            metrics::histogram!(SLOT_WAIT_SECONDS).record(0.0);
+            return Ok(slot);
+        }
+        let started = Instant::now();
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let slot = tokio::select! {
             slot = self.slots.clone().acquire_owned() => {
                 slot.map_err(|_| StorageError::ShuttingDown)
             }
             _ = self.cancel.cancelled() => Err(StorageError::ShuttingDown),
-        }
+        };
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        metrics::histogram!(SLOT_WAIT_SECONDS).record(started.elapsed().as_secs_f64());
+        slot
     }
 
     /// Writes the partition's in-flight batches (left by failed attempts),
@@ -307,6 +341,13 @@ impl Flusher {
                 Target::Cold => "cold",
                 _ => "disk",
             };
+            // Cold spills also name their service (fs, s3, hdfs): the
+            // upstream dashboards chart S3 and HDFS flushes apart.
+            let service = match target {
+                Target::Cold => self.durable.cold().map_or("", |c| c.service()),
+                _ => "",
+            };
+            let labels = spill_labels(tier, service);
             let disk = match &target {
                 Target::Append(seg) => seg.disk(),
                 Target::NewDisk(d) => Some(*d),
@@ -326,10 +367,10 @@ impl Flusher {
                         // stuck.
                         self.durable.disk(d).check_capacity().await;
                     }
-                    metrics::counter!("switchyard_spill_total", "tier" => tier).increment(1);
-                    metrics::counter!("switchyard_spill_bytes_total", "tier" => tier)
+                    metrics::counter!("switchyard_spill_total", labels.clone()).increment(1);
+                    metrics::counter!("switchyard_spill_bytes_total", labels.clone())
                         .increment(bytes);
-                    metrics::histogram!("switchyard_spill_duration_seconds", "tier" => tier)
+                    metrics::histogram!("switchyard_spill_duration_seconds", labels.clone())
                         .record(started.elapsed().as_secs_f64());
                     self.counters.spilled(bytes);
                     return Ok(());
@@ -337,7 +378,7 @@ impl Flusher {
                 Err(e) => {
                     attempt += 1;
                     self.counters.spill_failed();
-                    metrics::counter!("switchyard_spill_failures_total", "tier" => tier)
+                    metrics::counter!("switchyard_spill_failures_total", labels.clone())
                         .increment(1);
                     tracing::warn!(partition = %p.key(), tier, attempt, error = %e, "flush failed; blocks stay in memory and are retried");
                     if tier == "cold" {
@@ -478,7 +519,24 @@ impl Flusher {
             p.tally().count_persisted(bytes, segment.disk().is_none());
         }
         if is_new {
+            let cold = segment.disk().is_none();
             let mut segs = p.segments.write();
+            // A partition removed meanwhile has left its tally already.
+            if !p.is_removed() {
+                p.tally().count_segment(cold);
+                if segs.is_empty() {
+                    // It no longer lives in memory alone.
+                    p.tally().count_durable_partition();
+                }
+                if !segs.iter().any(|s| s.disk().is_none() == cold) {
+                    // Its data's first move to this tier (Celeborn's
+                    // eviction of a memory file to a disk or a DFS): a
+                    // partition that turns huge counts under disk, then
+                    // under cold.
+                    let tier = if cold { "cold" } else { "disk" };
+                    metrics::counter!(EVICTED_PARTITIONS, "tier" => tier).increment(1);
+                }
+            }
             if let Some(prev) = segs.last() {
                 prev.close();
             }

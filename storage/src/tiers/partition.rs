@@ -49,6 +49,14 @@ pub(crate) struct AppTally {
     /// of walking its partitions.
     disk: AtomicU64,
     cold: AtomicU64,
+    /// Partitions with at least one segment written (the rest live in
+    /// memory alone): counted where the first segment is written or
+    /// recovered and where the partition is removed.
+    durable_partitions: AtomicU64,
+    /// Segments (a data file and its index each) on disks and in the cold
+    /// tier: Celeborn's per-user file counts.
+    disk_segments: AtomicU64,
+    cold_segments: AtomicU64,
 }
 
 impl AppTally {
@@ -108,6 +116,34 @@ impl AppTally {
             });
     }
 
+    /// A partition got its first segment (a flush or a recovery).
+    pub(crate) fn count_durable_partition(&self) {
+        self.durable_partitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A segment was written (or recovered) on a disk or in the cold tier.
+    pub(crate) fn count_segment(&self, cold: bool) {
+        let c = if cold {
+            &self.cold_segments
+        } else {
+            &self.disk_segments
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Segments held: (disk, cold).
+    pub(crate) fn segments(&self) -> (u64, u64) {
+        (
+            self.disk_segments.load(Ordering::Relaxed),
+            self.cold_segments.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Partitions held with at least one segment.
+    pub(crate) fn durable_partitions(&self) -> u64 {
+        self.durable_partitions.load(Ordering::Relaxed)
+    }
+
     /// A flush or a recovery made `bytes` durable in a segment.
     pub(crate) fn count_persisted(&self, bytes: u64, cold: bool) {
         let tier = if cold { &self.cold } else { &self.disk };
@@ -121,8 +157,17 @@ impl AppTally {
     }
 
     /// Removed partitions' bytes and count leave the quotas' measures, and
-    /// their segments' bytes the tiers' (`persisted`: disk, cold).
-    pub(crate) fn release(&self, bytes: u64, partitions: u64, persisted: (u64, u64)) {
+    /// their segments' bytes the tiers' (`persisted`: disk, cold), those
+    /// with segments (`durable` of them) the durable count, and their
+    /// segments (disk, cold) the segment counts.
+    pub(crate) fn release(
+        &self,
+        bytes: u64,
+        partitions: u64,
+        persisted: (u64, u64),
+        durable: u64,
+        segments: (u64, u64),
+    ) {
         let sub = |counter: &AtomicU64, n: u64| {
             let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(n))
@@ -132,6 +177,9 @@ impl AppTally {
         sub(&self.partitions, partitions);
         sub(&self.disk, persisted.0);
         sub(&self.cold, persisted.1);
+        sub(&self.durable_partitions, durable);
+        sub(&self.disk_segments, segments.0);
+        sub(&self.cold_segments, segments.1);
     }
 }
 
@@ -247,9 +295,22 @@ impl Partition {
 
     /// Refuses appends from now on (a seal), under the buffer lock so that
     /// no append is half done.
-    pub(crate) fn seal(&self) {
+    /// True for the seal that sealed it (false when already sealed).
+    pub(crate) fn seal(&self) -> bool {
         let _buf = self.buffer.lock();
-        self.sealed.store(true, Ordering::Release);
+        !self.sealed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether a segment was ever written (or recovered) for it.
+    pub(crate) fn has_segments(&self) -> bool {
+        !self.segments.read().is_empty()
+    }
+
+    /// Its segments: (on disks, in the cold tier).
+    pub(crate) fn segment_counts(&self) -> (u64, u64) {
+        let segments = self.segments.read();
+        let cold = segments.iter().filter(|s| s.disk().is_none()).count() as u64;
+        (segments.len() as u64 - cold, cold)
     }
 
     /// Marks it removed (under its buffer lock, which appends and seals

@@ -20,9 +20,37 @@ pub struct MasterEndpoint {
     fleet: Arc<dyn Fleet>,
 }
 
+/// Slot requests refused, by the status answered.
+pub const SLOT_REQUESTS_FAILED: &str = "switchyard_celeborn_slot_requests_failed_total";
+/// Shuffles and applications that drivers report running on the engine's
+/// own shuffle (their heartbeats' fallback counts), by `kind`.
+pub const FALLBACKS: &str = "switchyard_celeborn_fallbacks_total";
+
 impl MasterEndpoint {
     pub fn new(worker: Arc<WorkerState>, fleet: Arc<dyn Fleet>) -> Arc<Self> {
+        // Zero before the first event: the upstream dashboard's panels over
+        // them show 0 rather than no data.
+        for status in [StatusCode::SlotNotAvailable, StatusCode::WorkerExcluded] {
+            metrics::counter!(SLOT_REQUESTS_FAILED, "status" => status.name()).increment(0);
+        }
+        for kind in ["shuffle", "application"] {
+            metrics::counter!(FALLBACKS, "kind" => kind).increment(0);
+        }
         Arc::new(MasterEndpoint { worker, fleet })
+    }
+
+    /// Answers a RequestSlots, counting its failures by status (Celeborn's
+    /// RequestSlotsFailed).
+    fn request_slots_counted(&self, r: PbRequestSlots) -> PbRequestSlotsResponse {
+        let reply = self.request_slots(r);
+        if reply.status != StatusCode::Success.as_i32() {
+            let name = u8::try_from(reply.status)
+                .ok()
+                .and_then(StatusCode::from_u8)
+                .map_or("UNKNOWN", |s| s.name());
+            metrics::counter!(SLOT_REQUESTS_FAILED, "status" => name).increment(1);
+        }
+        reply
     }
 }
 
@@ -49,7 +77,7 @@ impl Endpoint for MasterEndpoint {
             Some(MessageType::HeartbeatFromApplication) => Ok(self.heartbeat(decode(&tm)?)),
             Some(MessageType::RequestSlots) => Ok(TransportMessage::new(
                 MessageType::RequestSlotsResponse,
-                &self.request_slots(decode(&tm)?),
+                &self.request_slots_counted(decode(&tm)?),
             )),
             Some(MessageType::CheckQuota) => Ok(TransportMessage::new(
                 MessageType::CheckQuotaResponse,
@@ -133,6 +161,17 @@ impl MasterEndpoint {
         // (storage's lifecycle), so nothing reads short.
         self.worker.register_app(&r.app_id);
         self.fleet.app_seen(&r.app_id);
+        // The shuffles and applications the driver ran on the engine's own
+        // shuffle instead, since its last heartbeat (by fallback policy).
+        for (kind, counts) in [
+            ("shuffle", &r.shuffle_fallback_counts),
+            ("application", &r.application_fallback_counts),
+        ] {
+            let n: i64 = counts.values().filter(|&&v| v > 0).sum();
+            if n > 0 {
+                metrics::counter!(FALLBACKS, "kind" => kind).increment(n as u64);
+            }
+        }
         if !r.should_response {
             return TransportMessage::without_payload(MessageType::OneWayMessageResponse);
         }

@@ -61,6 +61,39 @@ pub struct HeldBytes {
     _connection: OwnedSemaphorePermit,
     _shared: Option<OwnedSemaphorePermit>,
     _node: NetworkBytes,
+    _port: PortBytes,
+}
+
+/// Where a connection's bytes are taken from: its own pool, its protocol's, the
+/// node's memory; and its port's `switchyard_connection_memory_bytes`, which
+/// counts them per port (the node's share counts them per protocol only).
+pub(super) struct Pools {
+    pub(super) connection: Pool,
+    pub(super) protocol: Pool,
+    pub(super) node: Arc<NodeMemory>,
+    pub(super) port: metrics::Gauge,
+}
+
+/// The memory a port's connections hold for frames and replies.
+pub(super) const CONNECTION_MEMORY: &str = "switchyard_connection_memory_bytes";
+
+/// Bytes counted in a port's gauge while they are held.
+#[derive(Debug)]
+struct PortBytes {
+    gauge: metrics::Gauge,
+    bytes: f64,
+}
+
+impl Drop for PortBytes {
+    fn drop(&mut self) {
+        self.gauge.decrement(self.bytes);
+    }
+}
+
+impl std::fmt::Debug for Pools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pools").finish_non_exhaustive()
+    }
 }
 
 /// Reply bytes reserved on a connection ([`Replier::reserve`]), given back once the
@@ -73,12 +106,15 @@ pub type ReplyBytes = HeldBytes;
 /// takes all of that pool; the node's share never lets more in than it has (a frame
 /// larger is refused before this, a reply clamped). None once `closed` is cancelled.
 async fn take(
-    connection: &Pool,
-    shared: Option<&Pool>,
-    node: (&Arc<NodeMemory>, Part),
+    pools: &Pools,
+    shared: bool,
+    part: Part,
     bytes: usize,
     closed: &CancellationToken,
 ) -> Option<HeldBytes> {
+    let connection = &pools.connection;
+    let shared = shared.then_some(&pools.protocol);
+    let node = (&pools.node, part);
     let take = async {
         let c = connection
             .semaphore
@@ -98,10 +134,15 @@ async fn take(
             None => None,
         };
         let n = node.0.take(node.1, bytes).await.ok()?;
+        pools.port.increment(bytes as f64);
         Some(HeldBytes {
             _connection: c,
             _shared: s,
             _node: n,
+            _port: PortBytes {
+                gauge: pools.port.clone(),
+                bytes: bytes as f64,
+            },
         })
     };
     // Biased: once the connection is closed, no waiter takes room freed by its
@@ -169,7 +210,7 @@ pub struct Replier<M> {
     outbox: Arc<Outbox<M>>,
     closed: CancellationToken,
     /// (this connection's, the protocol's reply pool, the node's memory).
-    pools: Arc<(Pool, Pool, Arc<NodeMemory>)>,
+    pools: Arc<Pools>,
     /// One count per live replier or queued reply: the connection is idle when only
     /// the reader's own is left (no handler, no stream, no reply in flight).
     alive: Arc<()>,
@@ -270,15 +311,14 @@ impl<M> Replier<M> {
     /// handler that reads data for a reply reserves first, so data is read only for
     /// clients that take it.
     pub async fn reserve(&self, bytes: usize) -> Option<ReplyBytes> {
-        let (connection, protocol, node) = &*self.pools;
         // The server sizes its replies (chunks, read buffers), not the client: one
         // larger than the node's share takes all of it rather than failing.
-        let bytes = bytes.min(node.largest(bytes) as usize);
+        let bytes = bytes.min(self.pools.node.largest(bytes) as usize);
         // A small reply (a control message's answer) takes room in its connection's
         // pool only, as a small frame does, so it never waits behind other
         // connections' unread chunks.
-        let shared = (bytes > SMALL_FRAME).then_some(protocol);
-        take(connection, shared, (node, Part::Reply), bytes, &self.closed).await
+        let shared = bytes > SMALL_FRAME;
+        take(&self.pools, shared, Part::Reply, bytes, &self.closed).await
     }
 
     /// Cancelled when the connection closes (the peer left, a bad frame, a timeout, a
@@ -351,6 +391,8 @@ pub(super) async fn run<M, H>(
     H: Handler<M>,
 {
     let labels = Labels::of::<M, H>(&handler);
+    let port_memory =
+        metrics::gauge!(CONNECTION_MEMORY, "protocol" => labels.protocol, "port" => labels.port);
     let Stream { read, write } = stream;
     let closed = cancel.child_token();
     let outbox = Outbox::new(
@@ -364,11 +406,12 @@ pub(super) async fn run<M, H>(
     let replier = Replier {
         outbox: outbox.clone(),
         closed: closed.clone(),
-        pools: Arc::new((
-            Pool::new(limits.max_reply_bytes_per_connection),
-            budget.replies.clone(),
-            budget.node.clone(),
-        )),
+        pools: Arc::new(Pools {
+            connection: Pool::new(limits.max_reply_bytes_per_connection),
+            protocol: budget.replies.clone(),
+            node: budget.node.clone(),
+            port: port_memory.clone(),
+        }),
         alive: Arc::new(()),
         session: Arc::default(),
         timing: None,
@@ -378,11 +421,12 @@ pub(super) async fn run<M, H>(
         read,
         buf: BytesMut::new(),
         codec: FrameCodec::<M>::new(max_frame_size),
-        incoming: (
-            Pool::new(limits.max_in_flight_bytes_per_connection),
-            budget.incoming.clone(),
-            budget.node.clone(),
-        ),
+        incoming: Pools {
+            connection: Pool::new(limits.max_in_flight_bytes_per_connection),
+            protocol: budget.incoming.clone(),
+            node: budget.node.clone(),
+            port: port_memory,
+        },
         idle_timeout: limits.idle_timeout,
         frame_timeout: limits.frame_timeout,
         labels,
@@ -463,7 +507,7 @@ struct Reader<M: FrameMessage> {
     buf: BytesMut,
     codec: FrameCodec<M>,
     /// (this connection's, the protocol's) frame-byte pools, and the node's memory.
-    incoming: (Pool, Pool, Arc<NodeMemory>),
+    incoming: Pools,
     idle_timeout: Duration,
     frame_timeout: Duration,
     labels: Labels,
@@ -743,21 +787,14 @@ impl<M: FrameMessage> Reader<M> {
 /// pause, counted). A frame the node's share could never hold ends the connection.
 /// None once the connection is closed.
 async fn room_for<E>(
-    incoming: &(Pool, Pool, Arc<NodeMemory>),
+    incoming: &Pools,
     labels: Labels,
     frame_len: usize,
     closed: &CancellationToken,
 ) -> Result<Option<HeldBytes>, ReadEnd<E>> {
-    let (connection, protocol, node) = incoming;
-    node.check(frame_len).map_err(ReadEnd::TooLarge)?;
-    let shared = (frame_len > SMALL_FRAME).then_some(protocol);
-    let taking = take(
-        connection,
-        shared,
-        (node, Part::InFlight),
-        frame_len,
-        closed,
-    );
+    incoming.node.check(frame_len).map_err(ReadEnd::TooLarge)?;
+    let shared = frame_len > SMALL_FRAME;
+    let taking = take(incoming, shared, Part::InFlight, frame_len, closed);
     let mut taking = std::pin::pin!(taking);
     if let std::task::Poll::Ready(bytes) = futures::poll!(taking.as_mut()) {
         return Ok(bytes);

@@ -168,6 +168,11 @@ pub async fn serve_tls<M, H>(
         .increment(0);
     metrics::counter!("switchyard_read_pauses_total", "protocol" => labels.protocol, "port" => labels.port)
         .increment(0);
+    // Gauges too: a port with no connection yet shows 0 of them, holding 0 bytes.
+    metrics::gauge!("switchyard_connections", "protocol" => labels.protocol, "port" => labels.port)
+        .increment(0.0);
+    metrics::gauge!(connection::CONNECTION_MEMORY, "protocol" => labels.protocol, "port" => labels.port)
+        .increment(0.0);
     loop {
         let (stream, peer) = tokio::select! {
             _ = cancel.cancelled() => return,

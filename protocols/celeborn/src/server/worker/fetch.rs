@@ -20,6 +20,9 @@ use crate::status::StatusCode;
 use crate::transport_message::{DataPlaneBody, TransportMessage};
 use crate::ShuffleKey;
 
+/// Bytes of each chunk sent (Celeborn's FetchChunkTransferSize).
+pub const CHUNK_BYTES: &str = "switchyard_celeborn_chunk_bytes";
+
 pub struct FetchPort {
     state: Arc<WorkerState>,
 }
@@ -57,6 +60,7 @@ impl FetchPort {
         r: PbOpenStream,
         replier: &Replier,
     ) {
+        let mut request = Request::start(Protocol::Flink, "open_stream");
         let meta = loc.map().regions.lock().clone();
         let opened = async {
             let (start, end) = (r.start_index, r.end_index);
@@ -104,6 +108,8 @@ impl FetchPort {
                 return;
             }
         };
+        request.ok();
+        drop(request);
         let id = self.state.next_stream_id();
         let (start, end) = (r.start_index, r.end_index);
         let stream = match &view {
@@ -185,8 +191,28 @@ impl FetchPort {
         }
     }
 
-    /// Opens a stream over `file_name` ("id-epoch-mode") of a shuffle.
+    /// Opens a stream over `file_name` ("id-epoch-mode") of a shuffle,
+    /// counted as one `open_stream` request (Celeborn's OpenStream counts
+    /// and times), whether it came alone or in a batch.
     async fn open(
+        &self,
+        shuffle_key: &str,
+        file_name: &str,
+        start: i32,
+        end: i32,
+        with_offsets: bool,
+    ) -> Result<PbStreamHandler, CelebornError> {
+        let mut request = Request::start(Protocol::Celeborn, "open_stream");
+        let opened = self
+            .open_stream(shuffle_key, file_name, start, end, with_offsets)
+            .await;
+        if opened.is_ok() {
+            request.ok();
+        }
+        opened
+    }
+
+    async fn open_stream(
         &self,
         shuffle_key: &str,
         file_name: &str,
@@ -284,6 +310,7 @@ impl FetchPort {
         let reply = match result {
             Ok(body) => {
                 traffic::fetched(Protocol::Celeborn, body.len() as u64);
+                metrics::histogram!(CHUNK_BYTES).record(body.len() as f64);
                 request.ok();
                 Message::ChunkFetchSuccess { slice, body }
             }

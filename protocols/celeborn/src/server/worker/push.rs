@@ -58,6 +58,19 @@ enum MapControl {
     },
 }
 
+impl MapControl {
+    /// Its `op` in the request metrics (Celeborn's handshake, region and
+    /// segment counts and times).
+    fn op(&self) -> &'static str {
+        match self {
+            MapControl::HandShake { .. } => "handshake",
+            MapControl::RegionStart { .. } => "region_start",
+            MapControl::RegionFinish => "region_finish",
+            MapControl::SegmentStart { .. } => "segment_start",
+        }
+    }
+}
+
 impl MapRequest {
     fn from_transport(tm: &TransportMessage) -> Result<MapRequest, CelebornError> {
         let request = |shuffle_key, unique_id, mode: i32, control| MapRequest {
@@ -153,6 +166,14 @@ impl MapRequest {
             control,
         })
     }
+}
+
+/// Batches answered HARD_SPLIT (Celeborn's WriteDataHardSplitCount): the
+/// client revives their partition and pushes them again elsewhere.
+pub const HARD_SPLITS: &str = "switchyard_celeborn_hard_splits_total";
+
+fn hard_splits(batches: u64) {
+    metrics::counter!(HARD_SPLITS).increment(batches);
 }
 
 /// Above this a SOFT split becomes HARD (`celeborn.worker.shuffle.partitionSplit.max`).
@@ -354,7 +375,12 @@ impl PushPort {
         );
         let reply = match verdict {
             Verdict::Write(loc, soft) => self.write_batch(&loc, soft, &p).await,
-            Verdict::Reply(code) => Ok(vec![code.value()]),
+            Verdict::Reply(code) => {
+                if code == StatusCode::HardSplit {
+                    hard_splits(1);
+                }
+                Ok(vec![code.value()])
+            }
             Verdict::Fail(e) => Err(e),
         };
         self.send(replier, p.request_id, reply, request).await;
@@ -385,7 +411,10 @@ impl PushPort {
                 Ok(vec![StatusCode::PushDataSuccessPrimaryCongested.value()])
             }
             Ok(()) => Ok(Vec::new()),
-            Err(e) if e.is_split() => Ok(vec![StatusCode::HardSplit.value()]),
+            Err(e) if e.is_split() => {
+                hard_splits(1);
+                Ok(vec![StatusCode::HardSplit.value()])
+            }
             Err(e) => Err(e),
         }
     }
@@ -467,11 +496,13 @@ impl PushPort {
             // those the primary wrote are read once (readers skip repeated
             // batch ids).
             (Ok(_), Err(e)) if e.is_split() => Ok(if split_info {
+                hard_splits(p.partition_unique_ids.len() as u64);
                 let all: Vec<(i32, StatusCode)> = (0..p.partition_unique_ids.len())
                     .map(|i| (i as i32, StatusCode::HardSplit))
                     .collect();
                 merged_split_reply(&all)
             } else {
+                hard_splits(p.partition_unique_ids.len() as u64);
                 vec![StatusCode::HardSplit.value()]
             }),
             (Ok(_), Err(e)) => Err(e),
@@ -507,13 +538,17 @@ impl PushPort {
         {
             // 0.5 clients read only a bare HARD_SPLIT, which sends every
             // batch of the push to revive: write none of them.
+            hard_splits(verdicts.len() as u64);
             return Ok(vec![StatusCode::HardSplit.value()]);
         }
         for (v, batch) in verdicts.into_iter().zip(batches) {
             if let Verdict::Write(loc, _) = v {
                 if let Err(e) = self.append(&loc, batch).await {
                     return match e {
-                        CelebornError::Sealed(_) => Ok(vec![StatusCode::HardSplit.value()]),
+                        CelebornError::Sealed(_) => {
+                            hard_splits(1);
+                            Ok(vec![StatusCode::HardSplit.value()])
+                        }
                         e => Err(e),
                     };
                 }
@@ -524,19 +559,21 @@ impl PushPort {
 
     /// A map partition's control RPC (handshake, region start or finish).
     async fn map_rpc(&self, request_id: i64, body: Bytes, replier: &Replier) {
-        let reply = match DataPlaneBody::decode(body) {
+        let decoded = match DataPlaneBody::decode(body) {
             Ok(DataPlaneBody::Transport(tm)) => {
                 replier.label(tm.name());
                 MapRequest::from_transport(&tm)
             }
             Ok(DataPlaneBody::Legacy(m)) => MapRequest::from_legacy(m),
             Err(e) => Err(CelebornError::Undecodable(e.to_string())),
-        }
-        .and_then(|r| {
+        };
+        // A body that does not decode names no stage.
+        let op = decoded.as_ref().map_or("map_control", |r| r.control.op());
+        let request = Request::start(Protocol::Flink, op);
+        let reply = decoded.and_then(|r| {
             auth::check_shuffle_key(replier.session(), &r.shuffle_key)?;
             self.map_control(r)
         });
-        let request = Request::start(Protocol::Flink, "push_control");
         self.send_map(replier, request_id, reply, request).await;
     }
 }
@@ -557,12 +594,18 @@ impl PushPort {
                     Ok(()) if soft => statuses.push((i as i32, StatusCode::SoftSplit)),
                     Ok(()) => {}
                     Err(CelebornError::Sealed(_)) => {
+                        hard_splits(1);
                         statuses.push((i as i32, StatusCode::HardSplit))
                     }
                     Err(e) => return Err(e),
                 },
                 Verdict::Reply(StatusCode::MapEnded) => {} // nothing to resend
-                Verdict::Reply(code) => statuses.push((i as i32, code)),
+                Verdict::Reply(code) => {
+                    if code == StatusCode::HardSplit {
+                        hard_splits(1);
+                    }
+                    statuses.push((i as i32, code))
+                }
                 Verdict::Fail(e) => return Err(e),
             }
         }

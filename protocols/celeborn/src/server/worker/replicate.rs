@@ -30,6 +30,12 @@ pub struct Replicator {
 
 impl Replicator {
     pub fn new(source: Option<std::net::IpAddr>) -> Self {
+        // Every outcome from the start, so that the upstream dashboard's
+        // replication failure panels show 0 rather than no data.
+        metrics::counter!(REPLICATED, "result" => "ok").increment(0);
+        for cause in CAUSES {
+            metrics::counter!(REPLICATED, "result" => "failed", "cause" => cause).increment(0);
+        }
         Replicator {
             peers: DashMap::new(),
             source,
@@ -115,6 +121,16 @@ impl Replicator {
     }
 
     async fn forward(&self, peer: &str, id: i64, frame: Message) -> Result<(), CelebornError> {
+        let result = self.forward_once(peer, id, frame).await;
+        match &result {
+            Ok(()) => metrics::counter!(REPLICATED, "result" => "ok").increment(1),
+            Err(e) => metrics::counter!(REPLICATED, "result" => "failed", "cause" => cause(e))
+                .increment(1),
+        }
+        result
+    }
+
+    async fn forward_once(&self, peer: &str, id: i64, frame: Message) -> Result<(), CelebornError> {
         let conn = self.connection(peer).await?;
         let reply = tokio::time::timeout(REPLICA_TIMEOUT, conn.call(id, frame)).await;
         let result = match reply {
@@ -147,10 +163,29 @@ impl Replicator {
             )),
             Ok(Ok(_)) => Ok(()),
         };
-        let outcome = if result.is_ok() { "ok" } else { "failed" };
-        metrics::counter!("switchyard_celeborn_replicated_pushes_total", "result" => outcome)
-            .increment(1);
         result
+    }
+}
+
+/// Pushes forwarded to a replica, by `result`, and a failure's `cause`.
+const REPLICATED: &str = "switchyard_celeborn_replicated_pushes_total";
+
+/// A failed replication's causes, as Celeborn counts them apart:
+/// connecting to the peer, the connection failing, no reply in time, the
+/// replica's write failing; and the replica refusing the batch (its
+/// location split or its worker stopping), which the client revives.
+const CAUSES: [&str; 5] = ["connect", "connection", "timeout", "write", "hard_split"];
+
+fn cause(e: &CelebornError) -> &'static str {
+    match e {
+        CelebornError::Replicate { code, .. } => match code {
+            StatusCode::PushDataCreateConnectionFailReplica => "connect",
+            StatusCode::PushDataTimeoutReplica => "timeout",
+            StatusCode::PushDataWriteFailReplica => "write",
+            StatusCode::HardSplit => "hard_split",
+            _ => "connection",
+        },
+        _ => "connection",
     }
 }
 
@@ -159,5 +194,36 @@ fn fail(code: StatusCode, peer: &str, detail: String) -> CelebornError {
         code,
         peer: peer.to_string(),
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_counted_by_the_cause_celeborn_names() {
+        let cause_of = |code| cause(&fail(code, "peer:1", String::new()));
+        assert_eq!(
+            cause_of(StatusCode::PushDataCreateConnectionFailReplica),
+            "connect"
+        );
+        assert_eq!(cause_of(StatusCode::PushDataTimeoutReplica), "timeout");
+        assert_eq!(cause_of(StatusCode::PushDataWriteFailReplica), "write");
+        assert_eq!(cause_of(StatusCode::HardSplit), "hard_split");
+        assert_eq!(
+            cause_of(StatusCode::PushDataConnectionExceptionReplica),
+            "connection"
+        );
+        // Every cause is one the counters start at 0 with.
+        for code in [
+            StatusCode::PushDataCreateConnectionFailReplica,
+            StatusCode::PushDataTimeoutReplica,
+            StatusCode::PushDataWriteFailReplica,
+            StatusCode::HardSplit,
+            StatusCode::PushDataConnectionExceptionReplica,
+        ] {
+            assert!(CAUSES.contains(&cause_of(code)));
+        }
     }
 }

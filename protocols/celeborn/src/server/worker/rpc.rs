@@ -167,6 +167,12 @@ fn committed_storage_info(size: u64, offsets: &[u64]) -> PbStorageInfo {
     }
 }
 
+/// Partition locations reserved (primaries and replicas), as Celeborn's
+/// SlotsAllocated counts them.
+pub const SLOTS_ALLOCATED: &str = "switchyard_celeborn_slots_allocated_total";
+/// Locations a CommitFiles could not commit (failed primary and replica ids).
+pub const COMMIT_FAILURES: &str = "switchyard_celeborn_commit_failures_total";
+
 impl WorkerEndpoint {
     fn reserve(&self, r: PbReserveSlots) -> PbReserveSlotsResponse {
         let fail = |status: StatusCode, reason: String| {
@@ -229,6 +235,8 @@ impl WorkerEndpoint {
         for l in locations {
             shuffle.add_location(l.id, l.epoch, l.replica, l.peer);
         }
+        metrics::counter!(SLOTS_ALLOCATED).increment(count as u64);
+        self.state.publish_location_gauge();
         tracing::debug!(shuffle = %key, locations = count, "slots reserved");
         PbReserveSlotsResponse {
             status: StatusCode::Success.as_i32(),
@@ -236,7 +244,16 @@ impl WorkerEndpoint {
         }
     }
 
+    /// A CommitFiles; its failed locations are counted (Celeborn's
+    /// CommitFilesFailCount).
     async fn commit(&self, r: PbCommitFiles) -> PbCommitFilesResponse {
+        let reply = self.commit_files(r).await;
+        let failed = reply.failed_primary_ids.len() + reply.failed_replica_ids.len();
+        metrics::counter!(COMMIT_FAILURES).increment(failed as u64);
+        reply
+    }
+
+    async fn commit_files(&self, r: PbCommitFiles) -> PbCommitFilesResponse {
         let key = ShuffleKey::new(&r.application_id, r.shuffle_id).to_string();
         let Some(shuffle) = self.state.shuffle(&key) else {
             return PbCommitFilesResponse {
@@ -382,6 +399,7 @@ impl WorkerEndpoint {
         for uid in &r.replica_location {
             shuffle.locations.remove(&(uid.clone(), true));
         }
+        self.state.publish_location_gauge();
         PbDestroyWorkerSlotsResponse {
             status: StatusCode::Success.as_i32(),
             ..Default::default()

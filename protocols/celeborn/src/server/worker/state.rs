@@ -333,6 +333,13 @@ impl WorkerState {
         let listener: Arc<dyn AppListener> = state.clone();
         state.store.subscribe(Arc::downgrade(&listener));
         state.recover();
+        // Zero before the first event, so that panels show 0, not no data.
+        metrics::counter!(super::push::HARD_SPLITS).increment(0);
+        metrics::counter!(super::rpc::SLOTS_ALLOCATED).increment(0);
+        metrics::counter!(super::rpc::COMMIT_FAILURES).increment(0);
+        let _ = metrics::histogram!(super::fetch::CHUNK_BYTES);
+        state.publish_location_gauge();
+        state.publish_stream_gauges();
         state
     }
 
@@ -629,9 +636,21 @@ impl WorkerState {
         self.publish_stream_gauges();
     }
 
+    /// Partition locations held (reserved and not yet destroyed or gone
+    /// with their shuffle): Celeborn's active slots. A walk of the
+    /// shuffles, not of the partitions, at each change of them.
+    pub(crate) fn publish_location_gauge(&self) {
+        let held: usize = self.shuffles.iter().map(|s| s.locations.len()).sum();
+        metrics::gauge!("switchyard_celeborn_locations").set(held as f64);
+    }
+
     pub(crate) fn publish_stream_gauges(&self) {
         metrics::gauge!("switchyard_celeborn_streams").set(self.streams.len() as f64);
         metrics::gauge!("switchyard_celeborn_credit_streams").set(self.credit_streams.len() as f64);
+        // Map partitions with a reader now (Celeborn's active map partitions).
+        let read: std::collections::HashSet<PartitionKey> =
+            self.credit_streams.iter().map(|s| s.key.clone()).collect();
+        metrics::gauge!("switchyard_celeborn_credit_partitions").set(read.len() as f64);
     }
 
     /// Cancels and forgets the credit streams `drop` selects.
@@ -665,6 +684,7 @@ impl WorkerState {
     pub async fn remove_shuffle(&self, app: &str, shuffle_id: i32) {
         self.shuffles
             .remove(&ShuffleKey::new(app, shuffle_id).to_string());
+        self.publish_location_gauge();
         let stored = stored_app(app);
         self.streams
             .retain(|_, v| !(v.view.key().app == stored && v.view.key().shuffle == shuffle_id));
@@ -687,6 +707,7 @@ impl WorkerState {
     /// get PUSH_DATA_FAIL_PARTITION_NOT_FOUND, commits SHUFFLE_UNREGISTERED.
     fn forget_app(&self, app: &str) {
         self.shuffles.retain(|_, s| s.app != app);
+        self.publish_location_gauge();
         let stored = stored_app(app);
         self.streams.retain(|_, v| v.view.key().app != stored);
         self.drop_credit_streams(|s| s.key.app == stored);
