@@ -166,24 +166,40 @@ async fn switch_disk(
     dir: &std::path::Path,
     mode: &str,
 ) -> anyhow::Result<()> {
-    let url = format!("http://{admin}/api/v1/faults/disk");
-    let response = reqwest::Client::builder()
+    let body = serde_json::json!({ "dir": dir, "mode": mode }).to_string();
+    let status = admin_post(admin, "/api/v1/faults/disk", Some(body)).await?;
+    ensure!(
+        status.is_success(),
+        "disk fault {mode} on {}: {status}",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// A POST with the fleet's admin token (and a JSON body, if any): the
+/// answer's status.
+async fn admin_post(
+    admin: std::net::SocketAddr,
+    path: &str,
+    json: Option<String>,
+) -> anyhow::Result<reqwest::StatusCode> {
+    let url = format!("http://{admin}{path}");
+    let mut request = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(10))
         .build()?
         .post(&url)
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "application/json")
-        .body(serde_json::json!({ "dir": dir, "mode": mode }).to_string())
+        .bearer_auth(ADMIN_TOKEN);
+    if let Some(body) = json {
+        request = request
+            .header("content-type", "application/json")
+            .body(body);
+    }
+    let response = request
         .send()
         .await
         .with_context(|| format!("POST {url}"))?;
-    ensure!(
-        response.status().is_success(),
-        "POST {url} ({mode}) answered {}",
-        response.status()
-    );
-    Ok(())
+    Ok(response.status())
 }
 
 /// Fills the filesystem of `ballast` until 4 MiB are left (below the
@@ -235,20 +251,10 @@ fn target(kind: FaultKind, fleet: &Fleet, rng: &mut Rng) -> usize {
 }
 
 async fn decommission(fleet: &Fleet, node: usize) -> anyhow::Result<()> {
-    let url = format!("http://{}/api/v1/decommission", fleet.node(node).admin());
-    let response = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()?
-        .post(&url)
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .with_context(|| format!("POST {url}"))?;
+    let status = admin_post(fleet.node(node).admin(), "/api/v1/decommission", None).await?;
     ensure!(
-        response.status().as_u16() == 202,
-        "POST {url} answered {}",
-        response.status()
+        status.as_u16() == 202,
+        "decommission of node {node}: {status}"
     );
     Ok(())
 }
