@@ -16,7 +16,7 @@ use switchyard_celeborn::TransportMessage;
 use switchyard_clients::celeborn::{batch, decode, parse_batches, Connection};
 
 use crate::harness::{self, Latency, Phase, Tally, WorkQueue};
-use crate::lifecycle::{self, worker_addr, SlotRequest};
+use crate::lifecycle::{self, worker_addr, Owners, SlotRequest};
 use crate::report;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -59,12 +59,6 @@ pub struct CelebornBenchArgs {
     /// another rack than its primary.
     #[arg(long, requires = "replicate")]
     pub rack_aware: bool,
-}
-
-/// Per partition, the worker id of its primary and of its replica.
-struct Owners {
-    primary: HashMap<i32, String>,
-    replica: HashMap<i32, String>,
 }
 
 /// What every mapper and reader of one run shares.
@@ -177,18 +171,7 @@ async fn reserve(
         map_partitions: false,
     };
     let slots = lifecycle::request_slots(master, app, &request).await?;
-    let mut owners = Owners {
-        primary: HashMap::new(),
-        replica: HashMap::new(),
-    };
-    for (worker, res) in lifecycle::reserve_slots(app, &slots, &request).await? {
-        for l in &res.primary_partitions {
-            owners.primary.insert(l.id, worker.clone());
-        }
-        for l in &res.replica_partitions {
-            owners.replica.insert(l.id, worker.clone());
-        }
-    }
+    let owners = lifecycle::reserve_owners(app, &slots, &request).await?;
     let (owner, replica_owner) = (&owners.primary, &owners.replica);
     if args.replicate {
         ensure!(

@@ -165,6 +165,34 @@ pub async fn reserve_shuffle_slots<'a>(
     Ok(reserved_on)
 }
 
+/// Which worker holds each partition's primary and replica.
+pub struct Owners {
+    pub primary: std::collections::HashMap<i32, String>,
+    pub replica: std::collections::HashMap<i32, String>,
+}
+
+/// ReserveSlots on every worker of `slots` (as [`reserve_slots`]), and
+/// where each partition's copies went.
+pub async fn reserve_owners(
+    app: &str,
+    slots: &PbRequestSlotsResponse,
+    request: &SlotRequest,
+) -> anyhow::Result<Owners> {
+    let mut owners = Owners {
+        primary: Default::default(),
+        replica: Default::default(),
+    };
+    for (worker, res) in reserve_slots(app, slots, request).await? {
+        for l in &res.primary_partitions {
+            owners.primary.insert(l.id, worker.clone());
+        }
+        for l in &res.replica_partitions {
+            owners.replica.insert(l.id, worker.clone());
+        }
+    }
+    Ok(owners)
+}
+
 /// CommitFiles on `worker` (its unique id).
 pub async fn commit_files(
     worker: &str,

@@ -19,15 +19,10 @@ use super::probe::Probe;
 use super::record;
 use super::spec::AppSpec;
 use super::step;
-use crate::lifecycle::{self, worker_addr, SlotRequest};
+use crate::lifecycle::{self, worker_addr, Owners, SlotRequest};
 
 /// Records a pushed batch holds at most.
 const RECORDS_PER_BATCH: usize = 4;
-
-struct Owners {
-    primary: HashMap<i32, String>,
-    replica: HashMap<i32, String>,
-}
 
 /// Runs one attempt of `spec` as application `app`; an error is what the
 /// client saw (the caller reruns the application).
@@ -62,18 +57,7 @@ async fn slots(
             let master = lifecycle::connect_master(address).await?;
             lifecycle::heartbeat(&master, app).await?;
             let slots = lifecycle::request_slots(&master, app, &request).await?;
-            let mut owners = Owners {
-                primary: HashMap::new(),
-                replica: HashMap::new(),
-            };
-            for (worker, res) in lifecycle::reserve_slots(app, &slots, &request).await? {
-                for l in &res.primary_partitions {
-                    owners.primary.insert(l.id, worker.clone());
-                }
-                for l in &res.replica_partitions {
-                    owners.replica.insert(l.id, worker.clone());
-                }
-            }
+            let owners = lifecycle::reserve_owners(app, &slots, &request).await?;
             ensure!(
                 owners.primary.len() == spec.records.len()
                     && owners.replica.len() == spec.records.len(),
