@@ -457,6 +457,86 @@ async fn a_hung_disk_write_marks_the_disk_hung_and_the_flush_goes_elsewhere() {
     }
 }
 
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        if e.path().is_dir() {
+            out.extend(files_under(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// A write stuck on a hung disk finishes after its application was
+/// removed: the files it recreated go once it returns, while a held
+/// application's late file stays until that application goes.
+#[tokio::test]
+async fn a_write_that_returns_after_its_app_was_removed_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk0 = dir.path().join("disk0");
+    let hang = HangingDisk::new(disk0.clone(), DiskOp::Write);
+    let _release = ReleaseOnDrop(hang.clone());
+    let mut c = config(dir.path(), 2, 1 << 20);
+    c.disks.io_timeout = Duration::from_millis(500);
+    // Room on disk0 for both applications' writes to get stuck.
+    c.disks.write_concurrency = 16;
+    let store = Store::open_with_faults(c, Some(hang.clone()))
+        .await
+        .unwrap();
+    hang.armed.store(true, Ordering::SeqCst);
+    for app in ["gone", "held"] {
+        store.register_app(app);
+        for p in 0..8 {
+            let blocks: Vec<_> = (0..4).map(|i| block(p * 10 + i, 0, 600)).collect();
+            let key = PartitionKey::new(app, 0, p as i32);
+            store.append(&key, blocks, None).await.unwrap();
+        }
+    }
+    // Both at once, before the first stuck write marks disk0 hung: each
+    // places partitions on it.
+    let (gone, held) = within(
+        "flushes past a hung disk",
+        futures::future::join(
+            store.flush_shuffle("gone", 0),
+            store.flush_shuffle("held", 0),
+        ),
+    )
+    .await;
+    gone.unwrap();
+    held.unwrap();
+    assert!(
+        hang.blocked.load(Ordering::SeqCst) >= 2,
+        "each application has a write stuck on disk0"
+    );
+    store.remove_app("gone").await.unwrap();
+    assert!(!disk0.join("gone").exists(), "removed with its application");
+    hang.release();
+    within(
+        "disk0 healthy again",
+        wait_until("disk0 healthy", || {
+            disk_health(&store, 0) == DiskHealth::Healthy
+        }),
+    )
+    .await;
+    within(
+        "the late write's files go",
+        wait_until("no files of the removed app", || {
+            !disk0.join("gone").exists()
+        }),
+    )
+    .await;
+    let held = files_under(&disk0.join("held"));
+    assert!(!held.is_empty(), "a held application's late files stay");
+    store.remove_app("held").await.unwrap();
+    assert_eq!(files_under(&disk0), Vec::<PathBuf>::new());
+}
+
 #[tokio::test]
 async fn a_hung_statvfs_marks_the_disk_hung_without_stalling_flushes() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,10 @@ impl Store {
 
         self.every(
             self.config.disks.health_check_interval,
-            |store| async move { store.durable.check_disks().await },
+            |store| async move {
+                store.durable.check_disks().await;
+                store.remove_late_orphans().await;
+            },
         );
         self.every(self.config.apps.expiry_check_interval, |store| async move {
             store.expire_apps().await;

@@ -11,6 +11,7 @@
 //! here; no part calls back into the store.
 
 mod background;
+mod late_writes;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

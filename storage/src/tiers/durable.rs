@@ -229,6 +229,19 @@ impl Durable {
         .await;
     }
 
+    /// Files that stuck writes touched after their flushes gave up on
+    /// them, on every disk, with the disk's directory.
+    pub(crate) fn take_late_writes(&self) -> Vec<(&Path, PathBuf)> {
+        self.disks
+            .iter()
+            .flat_map(|d| {
+                d.take_late_writes()
+                    .into_iter()
+                    .map(|f| (d.dir.as_path(), f))
+            })
+            .collect()
+    }
+
     // ---- reads ----------------------------------------------------------
 
     /// The persisted index of a partition (empty while all its data is in

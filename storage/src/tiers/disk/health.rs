@@ -56,6 +56,11 @@ pub(crate) struct Health {
     /// The store's "some tier's health changed" signal: flushes with nowhere
     /// to write wait on it.
     changed: Arc<tokio::sync::Notify>,
+    /// Files written by stuck writes that returned after their flush gave
+    /// up on them: their application may have been removed meanwhile, and
+    /// the write recreated its directory. The store's disk check takes
+    /// them (see `Store::remove_late_orphans`).
+    late_writes: Mutex<Vec<PathBuf>>,
 }
 
 impl Health {
@@ -66,6 +71,7 @@ impl Health {
             stuck: AtomicU64::new(0),
             faulted_at: Mutex::new(None),
             changed,
+            late_writes: Mutex::new(Vec::new()),
         }
     }
 
@@ -98,6 +104,18 @@ impl Health {
 
     pub(crate) fn stuck_returned(&self) {
         self.stuck.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A stuck write returned, having touched `files`: recorded before its
+    /// stuck count drops, so a disk with no stuck calls has them all here.
+    pub(crate) fn late_write_returned(&self, files: Vec<PathBuf>) {
+        self.late_writes.lock().extend(files);
+        self.stuck_returned();
+    }
+
+    /// The files late writes touched since the last call.
+    pub(crate) fn take_late_writes(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *self.late_writes.lock())
     }
 
     /// Starts the cooldown: the disk failed now.

@@ -147,6 +147,12 @@ impl LocalDisk {
         Ok(disk)
     }
 
+    /// Files written by stuck writes that returned late, since the last
+    /// call (see [`health::Health::late_write_returned`]).
+    pub(crate) fn take_late_writes(&self) -> Vec<std::path::PathBuf> {
+        self.health.take_late_writes()
+    }
+
     pub(crate) fn health(&self) -> DiskHealth {
         self.health.get()
     }

@@ -61,6 +61,17 @@ impl Timeout {
         op: DiskOp,
         call: impl FnOnce(&dyn DiskIo) -> io::Result<T> + Send + 'static,
     ) -> io::Result<T> {
+        self.call_touching(op, Vec::new(), call).await
+    }
+
+    /// [`Self::call`] for a call that writes `files`: if it returns after
+    /// its timeout, they are handed to the disk's health as late writes.
+    async fn call_touching<T: Send + 'static>(
+        &self,
+        op: DiskOp,
+        files: Vec<PathBuf>,
+        call: impl FnOnce(&dyn DiskIo) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
         const RUNNING: u8 = 0;
         const RETURNED: u8 = 1;
         const ABANDONED: u8 = 2;
@@ -69,7 +80,7 @@ impl Timeout {
         let work = move || {
             let out = call(&*io);
             if st.swap(RETURNED, Ordering::AcqRel) == ABANDONED {
-                health.stuck_returned();
+                health.late_write_returned(files);
             }
             out
         };
@@ -119,7 +130,11 @@ impl Timeout {
 
 impl DiskCalls for Timeout {
     async fn write(&self, w: SegmentWrite) -> io::Result<Written> {
-        let tail = self.call(DiskOp::Write, move |io| io.write(w)).await?;
+        let mut files = vec![w.data.clone()];
+        files.extend(w.index.as_ref().map(|i| i.path.clone()));
+        let tail = self
+            .call_touching(DiskOp::Write, files, move |io| io.write(w))
+            .await?;
         Ok(Written {
             tail,
             throttled: Duration::ZERO,
@@ -218,10 +233,17 @@ mod tests {
         assert!(!health.rested(Duration::from_secs(3600)), "failed just now");
         // Other calls still run meanwhile (the layer itself refuses none).
         layer.read(fake::read(1)).await.unwrap();
+        assert!(health.take_late_writes().is_empty(), "still stuck");
         below.release();
         wait_for("the stuck write returns", || health.stuck_calls() == 0).await;
         assert_eq!(below.calls(), ["read", "write 1 index"]);
         assert_eq!(health.get(), DiskHealth::Hung, "only a probe ends it");
+        assert_eq!(
+            health.take_late_writes(),
+            [PathBuf::from("seg.data"), PathBuf::from("seg.index")],
+            "what the late write touched, for the store to check"
+        );
+        assert!(health.take_late_writes().is_empty(), "taken once");
     }
 
     /// A hung statvfs holds one thread: later ones are skipped until it
