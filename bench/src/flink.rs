@@ -59,11 +59,18 @@ fn record(pattern: &[u8], map: usize, region: i32, sub: i32, n: usize, size: usi
     let len = size - 16;
     let at = (map * 7919 + region as usize * 104_729 + sub as usize * 15_485_863 + n * 31)
         % (pattern.len() - len);
-    let mut v = Vec::with_capacity(size);
-    for word in [sub, 0, n as i32, len as i32] {
+    buffer(sub, n as i32, &pattern[at..at + len])
+}
+
+/// One Flink network buffer as the map partition's pushes carry it:
+/// Flink's big-endian header (sub-partition, attempt 0, batch, length),
+/// then the payload.
+pub(crate) fn buffer(sub: i32, batch: i32, payload: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(16 + payload.len());
+    for word in [sub, 0, batch, payload.len() as i32] {
         v.extend_from_slice(&word.to_be_bytes());
     }
-    v.extend_from_slice(&pattern[at..at + len]);
+    v.extend_from_slice(payload);
     Bytes::from(v)
 }
 
@@ -230,7 +237,7 @@ async fn map_task(job: Arc<Job>, m: usize) -> anyhow::Result<()> {
 }
 
 /// A control message on the push port, answered with an empty body.
-async fn control(push: &Connection, tm: TransportMessage) -> anyhow::Result<()> {
+pub(crate) async fn control(push: &Connection, tm: TransportMessage) -> anyhow::Result<()> {
     let r = push.data_rpc(&tm).await?;
     ensure!(r.is_empty(), "type {} answered {r:?}", tm.message_type);
     Ok(())

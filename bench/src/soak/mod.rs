@@ -7,7 +7,8 @@
 //! - [`record`]: the self-checking records every application writes;
 //! - [`ledger`]: what was acknowledged against what was read;
 //! - [`spec`]: the seeded generator of applications (sizes, skew);
-//! - [`uniffle_app`], [`celeborn_app`]: one application attempt each;
+//! - [`uniffle_app`], [`celeborn_app`] (reduce partitions), [`flink_app`]
+//!   (map partitions): one application attempt each;
 //! - [`fleet`]: the node processes; [`faults`]: what is done to them;
 //! - [`probe`]: latencies in and out of faults; [`tally`]: the report.
 //!
@@ -17,6 +18,7 @@
 pub mod celeborn_app;
 pub mod faults;
 pub mod fleet;
+pub mod flink_app;
 pub mod ledger;
 pub mod probe;
 pub mod record;
@@ -71,7 +73,8 @@ pub struct SoakArgs {
     /// Every node's `storage.memory.capacity`.
     #[arg(long, default_value = "128MiB")]
     pub memory: String,
-    /// Concurrent applications per load (Uniffle GRPC, Uniffle GRPC_NETTY, Celeborn).
+    /// Concurrent applications per load (Uniffle GRPC, Uniffle GRPC_NETTY,
+    /// Celeborn reduce, Celeborn Flink map).
     #[arg(long, default_value_t = 2)]
     pub clients: usize,
     /// Seconds of quiet between one fault's repair and the next fault.
@@ -86,6 +89,10 @@ pub struct SoakArgs {
     /// The faults to inject, in turn (default: every kind).
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<FaultKind>,
+    /// Fail unless every fault kind was injected at least this many times
+    /// (the run must be long enough: about 30 s a fault with the defaults).
+    #[arg(long, default_value_t = 1)]
+    pub min_each: u64,
     /// Also write the report (Markdown) to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -160,6 +167,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         memory: &memory.lock(),
         leftovers: &leftovers,
         kinds: &kinds,
+        min_each: args.min_each,
     });
     println!("{report}");
     if let Some(path) = &args.report {
@@ -168,7 +176,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     schedule?;
     let t = tally.lock();
     ensure!(
-        t.passed(&memory.lock(), &leftovers, &kinds),
+        t.passed(&memory.lock(), &leftovers, &kinds, args.min_each),
         "the soak failed: see the report above"
     );
     Ok(())
@@ -292,6 +300,8 @@ impl LoadTask {
                     return;
                 }
                 Err(e) => {
+                    // In full, with its application, for the node logs.
+                    println!("attempt {attempt} of {app} failed: {e:#}");
                     self.tally.lock().attempt_failed(self.load, &e);
                     let backoff = Duration::from_secs(1 << (attempt - 1).min(3));
                     tokio::time::sleep(backoff).await;
@@ -320,13 +330,17 @@ impl LoadTask {
                 let (t, coordinators) = uniffle(transport);
                 uniffle_app::run(app, spec, t, &coordinators, &self.probe).await
             }
-            Load::Celeborn => {
+            Load::Celeborn | Load::Flink => {
                 let masters: Vec<String> = self
                     .coordinators
                     .iter()
                     .map(|ip| format!("{ip}:9097"))
                     .collect();
-                celeborn_app::run(app, spec, &masters, &self.probe).await
+                if self.load == Load::Celeborn {
+                    celeborn_app::run(app, spec, &masters, &self.probe).await
+                } else {
+                    flink_app::run(app, spec, &masters, &self.probe).await
+                }
             }
         }
     }

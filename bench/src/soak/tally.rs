@@ -20,16 +20,24 @@ pub enum Load {
     UniffleGrpc,
     UniffleNetty,
     Celeborn,
+    /// Flink's map partitions through the Celeborn protocol.
+    Flink,
 }
 
 impl Load {
-    pub const ALL: [Load; 3] = [Load::UniffleGrpc, Load::UniffleNetty, Load::Celeborn];
+    pub const ALL: [Load; 4] = [
+        Load::UniffleGrpc,
+        Load::UniffleNetty,
+        Load::Celeborn,
+        Load::Flink,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Load::UniffleGrpc => "Uniffle GRPC",
             Load::UniffleNetty => "Uniffle GRPC_NETTY",
             Load::Celeborn => "Celeborn reduce",
+            Load::Flink => "Celeborn Flink map",
         }
     }
 
@@ -38,6 +46,7 @@ impl Load {
             Load::UniffleGrpc => "ug",
             Load::UniffleNetty => "un",
             Load::Celeborn => "cr",
+            Load::Flink => "cf",
         }
     }
 }
@@ -117,12 +126,24 @@ impl Tally {
     /// Nothing lost, duplicated, corrupt or misplaced; every application
     /// verified in the end; every fault injected and repaired; memory
     /// within each node's number; no files left behind.
-    pub fn passed(&self, memory: &NodeMemory, leftovers: &[PathBuf], kinds: &[FaultKind]) -> bool {
+    /// Whether the run passed: nothing lost, duplicated, corrupt or
+    /// misplaced; every application verified in the end; every fault kind
+    /// injected at least `min_each` times, each injected and repaired;
+    /// memory within; nothing left behind.
+    pub fn passed(
+        &self,
+        memory: &NodeMemory,
+        leftovers: &[PathBuf],
+        kinds: &[FaultKind],
+        min_each: u64,
+    ) -> bool {
         self.verdict().clean()
             && self.loads.values().all(|l| l.failed == 0 && l.verified > 0)
-            && kinds
-                .iter()
-                .all(|k| self.faults.get(k).is_some_and(|f| f.injected > 0))
+            && kinds.iter().all(|k| {
+                self.faults
+                    .get(k)
+                    .is_some_and(|f| f.injected >= min_each.max(1))
+            })
             && self.faults.values().all(|f| f.failed == 0)
             && memory.within()
             && leftovers.is_empty()
@@ -194,6 +215,8 @@ pub struct Context<'a> {
     pub memory: &'a NodeMemory,
     pub leftovers: &'a [PathBuf],
     pub kinds: &'a [FaultKind],
+    /// Injections every kind needs (`--min-each`).
+    pub min_each: u64,
 }
 
 impl Tally {
@@ -206,7 +229,7 @@ impl Tally {
             c.nodes,
             c.load_time.as_secs_f64() / 60.0,
             c.seed,
-            if self.passed(c.memory, c.leftovers, c.kinds) { "PASS" } else { "FAIL" },
+            if self.passed(c.memory, c.leftovers, c.kinds, c.min_each) { "PASS" } else { "FAIL" },
             v.lost,
             v.duplicated,
             v.corrupt,
