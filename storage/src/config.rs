@@ -76,6 +76,17 @@ pub struct MemoryConfig {
     /// Bytes that reads of persisted data may hold at once; further reads
     /// wait. Default 256 MiB.
     pub read_capacity: ByteSize,
+    /// Past this fraction of the store's memory, an application holding
+    /// more than its fair share (the memory divided among the applications
+    /// holding some, by their users' weights) is admitted no further until
+    /// its flushes bring it under (Celeborn pushes wait, Uniffle gets
+    /// NO_BUFFER and retries), while applications under their share are
+    /// admitted up to the whole capacity: a small job does not wait behind
+    /// a big one. 1.0: no shares, first come first served. Default 0.8.
+    pub fair_share_from: f64,
+    /// Weights of users' applications in the fair shares (users the client
+    /// names; default 1), e.g. `{ etl = 2.0 }`.
+    pub user_weights: std::collections::HashMap<String, f64>,
 }
 
 impl Default for MemoryConfig {
@@ -89,6 +100,8 @@ impl Default for MemoryConfig {
             spill_check_interval: Duration::from_millis(200),
             index_cache: ByteSize::mib(64),
             read_capacity: ByteSize::mib(256),
+            fair_share_from: 0.8,
+            user_weights: Default::default(),
         }
     }
 }
@@ -516,6 +529,15 @@ impl StoreConfig {
         if !(0.0 < m.low_watermark && m.low_watermark < m.high_watermark && m.high_watermark <= 1.0)
         {
             return Err(ConfigError::Watermarks);
+        }
+        if !(m.fair_share_from > 0.0 && m.fair_share_from <= 1.0) {
+            return Err(invalid("memory.fair_share_from", "be in (0, 1]"));
+        }
+        if m.user_weights
+            .values()
+            .any(|w| !(*w > 0.0 && w.is_finite()))
+        {
+            return Err(invalid("memory.user_weights", "be finite numbers > 0"));
         }
         let d = &self.disks;
         if d.dirs.is_empty() && self.cold.is_none() {

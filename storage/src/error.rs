@@ -15,6 +15,16 @@ pub enum StorageError {
         available: u64,
         capacity: u64,
     },
+    /// The memory budget is contended and the application holds more than
+    /// its fair share of it (`memory.fair_share_from`). Backpressure: its
+    /// flushes make room; others are admitted meanwhile.
+    #[error("application {app} holds {holds} bytes of memory, past its fair share of {share} ({applications} applications hold memory); retry after its flushes")]
+    OverShare {
+        app: String,
+        holds: u64,
+        share: u64,
+        applications: u64,
+    },
     /// A single request larger than the whole memory budget can never succeed.
     #[error("request of {requested} bytes exceeds the memory budget of {capacity} bytes")]
     TooLarge { requested: u64, capacity: u64 },
@@ -95,7 +105,10 @@ impl StorageError {
 
     /// True for errors a client should answer by retrying later.
     pub fn is_backpressure(&self) -> bool {
-        matches!(self, StorageError::NoBuffer { .. })
+        matches!(
+            self,
+            StorageError::NoBuffer { .. } | StorageError::OverShare { .. }
+        )
     }
 }
 

@@ -175,6 +175,9 @@ async fn enospc_on_every_disk_pushes_back_without_losing_acknowledged_blocks() {
     );
     let mut c = config(dir.path(), 2, 50_000);
     c.memory.single_buffer_threshold = bytesize::ByteSize::b(5_000);
+    // The whole budget, first come first served: a lone application's fair
+    // share would keep a fifth of it for others (tests/shares.rs).
+    c.memory.fair_share_from = 1.0;
     let store = Store::open_with_faults(c, Some(faults.clone()))
         .await
         .unwrap();

@@ -48,7 +48,9 @@ pub enum UniffleError {
 impl From<StorageError> for UniffleError {
     fn from(e: StorageError) -> Self {
         match e {
-            StorageError::NoBuffer { .. } => UniffleError::NoBuffer(e.to_string()),
+            StorageError::NoBuffer { .. } | StorageError::OverShare { .. } => {
+                UniffleError::NoBuffer(e.to_string())
+            }
             StorageError::UnknownApp(app) => UniffleError::NoRegister(app),
             StorageError::ShuffleRemoved { app, shuffle } => {
                 UniffleError::ShuffleRemoved { app, shuffle }

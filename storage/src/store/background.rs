@@ -20,9 +20,11 @@ impl Store {
                     _ = store.flusher.spill_requested() => {}
                     _ = tokio::time::sleep(interval) => {}
                 }
-                store
-                    .flusher
-                    .spill_if_needed(|| store.apps.all_partitions());
+                store.count_share_holders();
+                store.flusher.spill_if_needed(
+                    || store.apps.all_partitions(),
+                    |p| store.shares.is_over(&p.key().app),
+                );
                 if tokio::time::Instant::now() >= gauges_due {
                     store.publish_gauges();
                     gauges_due = tokio::time::Instant::now() + Duration::from_secs(1);

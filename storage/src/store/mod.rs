@@ -38,6 +38,7 @@ use crate::status::{ShuffleStatus, StoreCounts, StoreStatus, TierBytes, UserCons
 use crate::tiers::budget::{MemoryBudget, Reservation};
 use crate::tiers::memory::MemoryRead;
 use crate::tiers::partition::Partition;
+use crate::tiers::shares::{Claimant, Shares};
 use crate::tiers::{Durable, Flusher, IoPlacement};
 use crate::view::{Chunk, PartitionView, SelectedView, Selection};
 use switchyard_memory::NodeMemory;
@@ -79,6 +80,8 @@ pub struct Store {
     /// Users whose consumption gauges were published: one whose
     /// applications all went is set to 0 once, then forgotten.
     published_users: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// Fair shares of `budget` among the applications holding memory.
+    shares: Shares,
 }
 
 #[derive(Default)]
@@ -195,6 +198,10 @@ impl Store {
             shutting_down: AtomicBool::new(false),
             pause: parking_lot::Mutex::new(Pause::default()),
             published_users: Default::default(),
+            shares: Shares::new(
+                config.memory.fair_share_from,
+                config.memory.user_weights.clone(),
+            ),
             config,
         });
         if let Some(loaded) = loaded {
@@ -329,10 +336,29 @@ impl Store {
 
     // ---- writes ---------------------------------------------------------
 
-    /// Reserves memory ahead of an append (Uniffle's buffer ticket).
+    /// Reserves memory ahead of an append (Uniffle's buffer ticket), for
+    /// no application in particular (no fair share applies).
     pub fn reserve(&self, bytes: u64) -> Result<Reservation> {
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(StorageError::ShuttingDown);
+        }
+        let r = Reservation::new(self.budget.clone(), bytes);
+        if r.is_err() {
+            self.flusher.refused(bytes);
+        }
+        r
+    }
+
+    /// Reserves memory ahead of an append of `app`, within its fair share
+    /// when the budget is contended.
+    pub fn reserve_for(&self, app: &str, bytes: u64) -> Result<Reservation> {
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(StorageError::ShuttingDown);
+        }
+        let holds = self.apps.get(app).map_or(0, |a| a.tally().tier_bytes().0);
+        if let Err(e) = self.check_share(app, holds, bytes) {
+            self.flusher.refused(bytes);
+            return Err(e);
         }
         let r = Reservation::new(self.budget.clone(), bytes);
         if r.is_err() {
@@ -365,7 +391,12 @@ impl Store {
         self.apps.check_append(&partition, bytes)?;
         let covered = reservation.map(|r| r.consume(charge)).unwrap_or(0);
         if covered < charge {
-            if let Err(e) = self.budget.try_charge(charge - covered) {
+            let more = charge - covered;
+            let held = partition.tally().tier_bytes().0;
+            if let Err(e) = self
+                .check_share(&key.app, held, more)
+                .and_then(|()| self.budget.try_charge(more))
+            {
                 // Give the covered part back: nothing is appended.
                 self.budget.release(covered);
                 self.flusher.refused(charge - covered);
@@ -389,6 +420,47 @@ impl Store {
             self.flusher.wake_spill();
         }
         Ok(())
+    }
+
+    /// The fair-share check of `bytes` more for `app`, which holds `holds`
+    /// bytes in memory (see [`crate::tiers::shares`]).
+    fn check_share(&self, app: &str, holds: u64, bytes: u64) -> Result<()> {
+        let (used, capacity) = (self.budget.used(), self.budget.capacity());
+        if !self.shares.contended(used, bytes, capacity) {
+            return Ok(());
+        }
+        let user = self.apps.get(app).and_then(|a| a.user());
+        let claimant = Claimant {
+            app,
+            user: user.as_deref(),
+            holds,
+        };
+        let checked = self.shares.check(&claimant, bytes, used, capacity);
+        if checked.is_err() {
+            metrics::counter!("switchyard_memory_share_refusals_total").increment(1);
+        }
+        checked
+    }
+
+    /// Counts the applications holding memory, for the fair shares.
+    pub(crate) fn count_share_holders(&self) {
+        let apps = self.apps.all();
+        let users: Vec<(&App, Option<String>, u64)> = apps
+            .iter()
+            .map(|a| (&**a, a.tally().tier_bytes().0))
+            .filter(|(_, holds)| *holds > 0)
+            .map(|(a, holds)| (a, a.user(), holds))
+            .collect();
+        let holders: Vec<Claimant<'_>> = users
+            .iter()
+            .map(|(a, user, holds)| Claimant {
+                app: a.id(),
+                user: user.as_deref(),
+                holds: *holds,
+            })
+            .collect();
+        self.shares.count_active(&holders, self.budget.capacity());
+        metrics::gauge!("switchyard_memory_share_applications").set(holders.len() as f64);
     }
 
     /// Like [`Store::append`], but while the memory budget is full it waits

@@ -547,12 +547,15 @@ impl Flusher {
         Ok(())
     }
 
-    /// Picks partitions, largest staged first, until unflushed memory would
-    /// fall to the low watermark, and queues their flushes. After a refused
-    /// charge it also frees at least the refused amount, watermark or not.
+    /// Picks partitions, those `first` picks (of applications over their
+    /// fair share) and then the rest, largest staged first, until unflushed
+    /// memory would fall to the low watermark, and queues their flushes.
+    /// After a refused charge it also frees at least the refused amount,
+    /// watermark or not.
     pub(crate) fn spill_if_needed(
         self: &Arc<Self>,
         partitions: impl FnOnce() -> Vec<Arc<Partition>>,
+        first: impl Fn(&Partition) -> bool,
     ) {
         let refused = self.pressure.swap(0, Ordering::AcqRel);
         if !self.over_high_watermark() && refused == 0 {
@@ -572,7 +575,9 @@ impl Flusher {
             })
             .filter(|(size, _)| *size > 0)
             .collect();
-        candidates.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
+        // Partitions `first` picks (of applications over their fair share),
+        // then the rest, each largest first.
+        candidates.sort_by_cached_key(|(size, p)| std::cmp::Reverse((first(p), *size)));
         for (size, p) in candidates {
             if excess == 0 {
                 break;

@@ -9,6 +9,7 @@ pub mod durable;
 pub(crate) mod flush;
 pub mod memory;
 pub(crate) mod partition;
+pub(crate) mod shares;
 
 pub use durable::PartitionIndex;
 pub(crate) use durable::{Durable, IoPlacement};

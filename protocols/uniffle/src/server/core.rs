@@ -358,7 +358,11 @@ impl ShuffleServerCore {
             self.refuse_if_draining(app)?;
             self.store.check_quota(&stored(app))?;
         }
-        let reservation = self.store.reserve(size as u64)?;
+        let reservation = if app.is_empty() {
+            self.store.reserve(size as u64)?
+        } else {
+            self.store.reserve_for(&stored(app), size as u64)?
+        };
         request.ok();
         Ok(self.tickets.issue(app, reservation))
     }
