@@ -90,6 +90,7 @@ pub async fn serve(
     // Before the store opens, so that its metrics reach the recorder.
     let metrics = telemetry::install_metrics(&identity.id)?;
     config.uniffle.server_id = Some(identity.id.clone());
+    node_cold_prefix(&mut config.storage, &identity);
     let upkeep = spawn_metrics_upkeep(metrics.clone());
 
     let disk_faults = config.admin.fault_injection.then(|| {
@@ -171,6 +172,26 @@ fn settle_identity(
         warn!("no data directory to persist the node id in: it changes on every start unless node.id is set");
     }
     Ok(identity)
+}
+
+/// Puts this node's cold objects under `<cold.prefix>/<node id>/`: the
+/// nodes of a fleet share one bucket, and a node's own cleanup (a removed
+/// shuffle's or application's prefix, the orphan sweep after a restart)
+/// must only ever see its own objects. A sweep over a shared prefix once
+/// deleted other nodes' live segments (found by the soak).
+fn node_cold_prefix(storage: &mut switchyard_storage::StoreConfig, identity: &NodeIdentity) {
+    if let Some(cold) = storage.cold.as_mut() {
+        let base = cold.prefix.trim_matches('/');
+        cold.prefix = if base.is_empty() {
+            identity.id.clone()
+        } else {
+            format!("{base}/{}", identity.id)
+        };
+        info!(prefix = %cold.prefix, "cold tier objects of this node");
+        if identity.source == IdSource::Ephemeral {
+            warn!("the node id is not persisted: after a restart this node cannot find or clean its earlier cold objects; set node.id");
+        }
+    }
 }
 
 /// The Prometheus recorder's periodic upkeep (histogram decay), until aborted.
