@@ -258,17 +258,35 @@ impl LocalWorker for NodeWorker {
         for app in &reply.alive_apps {
             self.store.heartbeat(&stored_app(app));
         }
-        for r in &reply.removed_shuffles {
-            if worker.has_shuffle(&r.app, r.shuffle_id) {
-                tracing::info!(app = %r.app, shuffle = r.shuffle_id, coordinator = %reply.coordinator_id, "shuffle unregistered by its driver: removing it");
+        let shuffles: Vec<_> = reply
+            .removed_shuffles
+            .into_iter()
+            .filter(|r| worker.has_shuffle(&r.app, r.shuffle_id))
+            .collect();
+        let apps: Vec<_> = reply
+            .removed_apps
+            .into_iter()
+            .filter(|app| self.store.has_app(&stored_app(app)))
+            .collect();
+        if shuffles.is_empty() && apps.is_empty() {
+            return;
+        }
+        // Their files and cold objects go in a task of their own: the next
+        // heartbeat must not wait for them. Deletes against a slow or
+        // stopped S3 took minutes, in which the coordinators declared this
+        // node lost (found by the soak). A later reply naming the same ones
+        // finds them gone already: the store forgets a removed application
+        // or shuffle before it deletes its data.
+        let (worker, coordinator) = (worker.clone(), reply.coordinator_id);
+        tokio::spawn(async move {
+            for r in shuffles {
+                tracing::info!(app = %r.app, shuffle = r.shuffle_id, %coordinator, "shuffle unregistered by its driver: removing it");
                 worker.remove_shuffle(&r.app, r.shuffle_id).await;
             }
-        }
-        for app in &reply.removed_apps {
-            if self.store.has_app(&stored_app(app)) {
-                tracing::info!(%app, coordinator = %reply.coordinator_id, "application ended: removing its data");
-                worker.remove_app(app).await;
+            for app in apps {
+                tracing::info!(%app, %coordinator, "application ended: removing its data");
+                worker.remove_app(&app).await;
             }
-        }
+        });
     }
 }

@@ -1041,3 +1041,95 @@ fn a_coordinator_only_node_places_on_the_workers() {
         }
     }
 }
+
+/// A cold tier that never answers: it accepts connections and reads
+/// nothing, as an S3 endpoint behind a black hole does.
+fn silent_s3() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    addr
+}
+
+/// A worker removing an ended application whose cold objects cannot be
+/// deleted (the S3 endpoint does not answer) keeps heartbeating: the
+/// deletes run beside the heartbeats, not in them. They once ran in them,
+/// and the coordinators declared the worker lost for as long as the
+/// deletes' timeouts and retries took (found by the soak).
+#[test]
+fn removing_an_application_does_not_hold_up_heartbeats() {
+    let s3 = silent_s3();
+    let cluster = Cluster::start_with(
+        2,
+        ClusterOptions {
+            coordinators: vec![1],
+            coordinator_only: vec![1],
+            extra_toml: format!(
+                "[storage.cold]\nservice = \"s3\"\nbucket = \"b\"\nendpoint = \"http://{s3}\"\n\
+                 region = \"us-east-1\"\naccess_key_id = \"k\"\nsecret_access_key = \"s\"\n\
+                 io_timeout = \"3s\"\nretries = 3\n\n"
+            ),
+            ..ClusterOptions::default()
+        },
+    );
+    let coordinator = cluster.node(1);
+    wait_for("one active worker", || {
+        workers(coordinator).iter().any(|(_, s)| s == "active")
+    });
+    wait_warm(coordinator);
+    let worker_id = cluster.node(2).status()["node"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let app = "heartbeat-beside-deletes";
+    let master = coordinator.celeborn_master().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use switchyard_bench::lifecycle;
+        let m = lifecycle::connect_master(&master).await.unwrap();
+        lifecycle::heartbeat(&m, app).await.unwrap();
+        let request = lifecycle::SlotRequest {
+            partitions: vec![0, 1],
+            replicate: false,
+            rack_aware: false,
+            map_partitions: false,
+        };
+        let slots = lifecycle::request_slots(&m, app, &request).await.unwrap();
+        lifecycle::reserve_slots(app, &slots, &request)
+            .await
+            .unwrap();
+        lifecycle::application_lost(&m, app).await.unwrap();
+    });
+    // The removal's cold deletes wait out their timeouts and retries (some
+    // 10 s); meanwhile every heartbeat still arrives.
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < until {
+        let cluster_view = get_json(coordinator, "/api/v1/cluster");
+        let w = cluster_view["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["node_id"] == worker_id.as_str())
+            .cloned()
+            .expect("the worker is listed");
+        assert_eq!(w["state"], "active", "{w}");
+        let ago = w["last_heartbeat_ms_ago"].as_u64().unwrap();
+        assert!(ago < 4_000, "last heartbeat {ago} ms ago: {w}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        cluster
+            .node(2)
+            .log()
+            .contains("application ended: removing its data"),
+        "the removal started"
+    );
+}
