@@ -40,6 +40,29 @@ pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 struct Pending {
     rpc: HashMap<i64, oneshot::Sender<Result<Bytes, String>>>,
     chunks: HashMap<(i64, i32), oneshot::Sender<Result<Bytes, String>>>,
+    /// Set, under the lock, when the reader stops: a call made after that
+    /// would wait for an answer no one reads, so it fails at once (a
+    /// replica's connection to a killed peer once held pushes for the
+    /// whole answer timeout).
+    closed: bool,
+}
+
+impl Pending {
+    /// Registers a call waiting for its answer; fails if the connection
+    /// already ended.
+    fn wait_for<K: std::hash::Hash + Eq>(
+        map: impl FnOnce(&mut Pending) -> &mut HashMap<K, oneshot::Sender<Result<Bytes, String>>>,
+        pending: &Mutex<Pending>,
+        key: K,
+    ) -> Result<oneshot::Receiver<Result<Bytes, String>>> {
+        let mut p = pending.lock();
+        if p.closed {
+            return Err(ClientError::Closed);
+        }
+        let (tx, rx) = oneshot::channel();
+        map(&mut p).insert(key, tx);
+        Ok(rx)
+    }
 }
 
 /// Frames the server sends on its own (credit streams: READ_DATA, backlog,
@@ -139,6 +162,7 @@ impl Connection {
             }
             ev.lock().take();
             let mut p = p.lock();
+            p.closed = true;
             p.rpc.clear();
             p.chunks.clear();
         });
@@ -195,8 +219,7 @@ impl Connection {
         request_id: i64,
         frame: Message,
     ) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().rpc.insert(request_id, tx);
+        let rx = Pending::wait_for(|p| &mut p.rpc, &self.pending, request_id)?;
         self.tx.send(frame).await.map_err(|_| ClientError::Closed)?;
         Ok(Self::wait(rx))
     }
@@ -208,12 +231,38 @@ impl Connection {
         (stream_id, chunk_index): (i64, i32),
         frame: Message,
     ) -> Result<Bytes> {
-        let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .chunks
-            .insert((stream_id, chunk_index), tx);
+        let key = (stream_id, chunk_index);
+        let rx = Pending::wait_for(|p| &mut p.chunks, &self.pending, key)?;
         self.send(frame).await?;
         Self::wait(rx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call made after the peer closed the connection fails at once; it
+    /// used to wait for the whole answer timeout (120 s), holding a
+    /// replica's pushes that long.
+    #[tokio::test]
+    async fn a_call_after_the_peer_closed_fails_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { drop(listener.accept().await.unwrap()) });
+        let conn = Connection::connect(addr).await.unwrap();
+        server.await.unwrap();
+        while !conn.is_closed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let request = Message::RpcRequest {
+            request_id: 7,
+            body: Bytes::from_static(b"ping"),
+        };
+        let answer = tokio::time::timeout(Duration::from_secs(5), conn.call(7, request)).await;
+        assert!(
+            matches!(answer, Ok(Err(ClientError::Closed))),
+            "expected Closed at once, got {answer:?}"
+        );
     }
 }
