@@ -17,9 +17,11 @@ pub struct Probe {
     /// [outside faults, during faults]
     push: [Latency; 2],
     fetch: [Latency; 2],
-    /// Every fault window as (from, until), the last one open while it lasts.
-    windows: Arc<Mutex<Vec<(SystemTime, Option<SystemTime>)>>>,
+    windows: Arc<Mutex<Vec<Window>>>,
 }
+
+/// A fault window as (from, until), the last one open while it lasts.
+type Window = (SystemTime, Option<SystemTime>);
 
 impl Probe {
     pub fn set_faulting(&self, on: bool) {
