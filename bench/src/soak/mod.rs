@@ -11,6 +11,7 @@
 //!   (map partitions): one application attempt each;
 //! - [`fleet`]: the node processes; [`faults`]: what is done to them;
 //! - [`probe`]: latencies in and out of faults; [`tally`]: the report.
+//! - [`jobs`]: real Spark and Flink jobs beside the load (`--jobs`).
 //!
 //! Each run prints its seed; `--seed` replays the same applications and the
 //! same fault order (timing on a shared machine varies).
@@ -26,6 +27,9 @@ pub mod s3;
 pub mod spec;
 pub mod tally;
 pub mod uniffle_app;
+
+// Apart from the loads above: the real jobs run as other processes.
+pub mod jobs;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -100,6 +104,8 @@ pub struct SoakArgs {
     /// temporary directory.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub jobs: jobs::JobsArgs,
 }
 
 /// How long an application attempt may take before the client gives up
@@ -124,6 +130,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         Some(p) => Some(p.clone()),
         None => args.bin.parent().map(|d| d.join("examples/s3_server")),
     };
+    jobs::build(&args.jobs).await?;
     let mut fleet = Fleet::start(fleet::FleetOptions {
         bin: args.bin.clone(),
         nodes: args.nodes,
@@ -149,12 +156,16 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     let sampler = tokio::spawn(sample_rss(pids.clone(), memory.clone()));
 
     let loads = spawn_loads(&args, seed, &fleet, deadline, &tally, &probe);
+    let real_jobs = jobs::spawn(&args.jobs, &fleet, started, deadline, &tally, &probe);
     let schedule = faults_schedule(
         &args, seed, &kinds, &mut fleet, &pids, deadline, &tally, &probe,
     )
     .await;
     for handle in loads {
         handle.await.context("a load task panicked")?;
+    }
+    if let Some(handle) = real_jobs {
+        handle.await.context("the real jobs' task panicked")?;
     }
     let load_time = started.elapsed();
     let leftovers = wait_for_cleanup(&fleet).await;

@@ -1,10 +1,13 @@
 //! Push and fetch latencies of the soak's clients, split by whether a fault
 //! was in force (from its injection until a while after its repair) when
-//! the request ended.
+//! the request ended; and when faults were in force, in wall-clock time,
+//! for results that arrive later from other processes (the real jobs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
 
 use crate::harness::Latency;
 
@@ -14,11 +17,33 @@ pub struct Probe {
     /// [outside faults, during faults]
     push: [Latency; 2],
     fetch: [Latency; 2],
+    windows: Arc<Mutex<Vec<Window>>>,
 }
+
+/// A fault window as (from, until), the last one open while it lasts.
+type Window = (SystemTime, Option<SystemTime>);
 
 impl Probe {
     pub fn set_faulting(&self, on: bool) {
-        self.faulting.store(on, Ordering::Relaxed);
+        let was = self.faulting.swap(on, Ordering::Relaxed);
+        let mut windows = self.windows.lock();
+        match (was, on) {
+            (false, true) => windows.push((SystemTime::now(), None)),
+            (true, false) => {
+                if let Some(w) = windows.last_mut() {
+                    w.1 = Some(SystemTime::now());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a fault was in force at any time from `from` to `until`.
+    pub fn faulted_between(&self, from: SystemTime, until: SystemTime) -> bool {
+        self.windows
+            .lock()
+            .iter()
+            .any(|&(a, b)| a <= until && b.is_none_or(|b| b >= from))
     }
 
     fn window(&self) -> usize {

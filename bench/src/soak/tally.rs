@@ -79,6 +79,8 @@ pub struct Tally {
     errors: BTreeMap<String, u64>,
     /// Every fault as it happened.
     timeline: Vec<String>,
+    /// The real Spark and Flink jobs beside the load (`--jobs`).
+    pub jobs: super::jobs::JobsTally,
 }
 
 impl Tally {
@@ -147,6 +149,7 @@ impl Tally {
             && self.faults.values().all(|f| f.failed == 0)
             && memory.within()
             && leftovers.is_empty()
+            && self.jobs.passed()
     }
 }
 
@@ -240,6 +243,7 @@ impl Tally {
         self.loads_table(&mut r);
         self.faults_table(&mut r);
         self.errors_table(&mut r);
+        self.jobs.table(&mut r);
         memory_table(&mut r, c.memory);
         latency_table(&mut r, c.probe);
         let _ = writeln!(r, "Faults as they happened (seconds from the start):\n");
