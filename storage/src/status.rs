@@ -85,6 +85,8 @@ pub struct AppStatus {
     pub partitions: usize,
     pub bytes: TierBytes,
     pub idle_ms: u64,
+    /// How long it waited for the node's shared resources.
+    pub waits: crate::AppWaits,
 }
 
 /// What a node's heartbeat to its coordinators reports, read from counters
@@ -186,6 +188,7 @@ fn app_status(a: &App, now_ms: u64) -> AppStatus {
         partitions: tally.partitions() as usize,
         bytes,
         idle_ms: a.idle_ms(now_ms),
+        waits: tally.waits().figures(),
     }
 }
 
@@ -288,6 +291,8 @@ pub struct StoreCounts {
     pub memory_only_partitions: u64,
     /// Flushes waiting for a flush slot.
     pub flush_queue: u64,
+    /// Reads of persisted data waiting for a read place.
+    pub read_queue: u64,
     /// Appends wait for memory now.
     pub paused: bool,
 }
@@ -301,6 +306,7 @@ pub(crate) fn publish_store_gauges(g: &StoreCounts, durable: &Durable) {
     let (capacity, used) = durable.read_budget_bytes();
     metrics::gauge!("switchyard_memory_read_capacity_bytes").set(capacity as f64);
     metrics::gauge!("switchyard_memory_read_used_bytes").set(used as f64);
+    metrics::gauge!("switchyard_read_queue").set(g.read_queue as f64);
     let (reading, waiting) = durable.reads();
     metrics::gauge!("switchyard_tier_reads", "state" => "reading").set(reading as f64);
     metrics::gauge!("switchyard_tier_reads", "state" => "waiting").set(waiting as f64);

@@ -97,6 +97,8 @@ async fn memory_budget_pushes_back_and_never_grows_past_capacity() {
     c.memory.single_buffer_threshold = bytesize::ByteSize::b(1 << 40);
     c.memory.high_watermark = 1.0;
     c.memory.low_watermark = 0.9;
+    // The whole budget, not one application's share of it (tests/shares.rs).
+    c.memory.fair_share_from = 1.0;
     let store = Store::open(c).await.unwrap();
     store.register_app("a");
     let key = PartitionKey::new("a", 0, 0);

@@ -136,7 +136,9 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         nodes: args.nodes,
         memory: args.memory.clone(),
         first_ip: args.first_ip,
-        root: args.dir.clone(),
+        // Absolute: each node runs in a directory of its own, so a relative
+        // path would name a different place for it.
+        root: args.dir.as_deref().map(std::path::absolute).transpose()?,
         s3_server,
         small_disk_mib: args.small_disk_mib,
     })

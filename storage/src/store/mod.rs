@@ -32,6 +32,7 @@ use crate::error::{Result, StorageError};
 use crate::fault::DiskFaults;
 use crate::id::{path_component, AppId, PartitionKey};
 use crate::persist::manifest::{Change, RecoveredNote};
+use crate::tiers::waits::WaitKind;
 use crate::persist::recovery::RecoveryStatus;
 use crate::persist::Recovery;
 use crate::status::{ShuffleStatus, StoreCounts, StoreStatus, TierBytes, UserConsumption};
@@ -429,7 +430,8 @@ impl Store {
         if !self.shares.contended(used, bytes, capacity) {
             return Ok(());
         }
-        let user = self.apps.get(app).and_then(|a| a.user());
+        let registered = self.apps.get(app);
+        let user = registered.as_ref().and_then(|a| a.user());
         let claimant = Claimant {
             app,
             user: user.as_deref(),
@@ -438,6 +440,9 @@ impl Store {
         let checked = self.shares.check(&claimant, bytes, used, capacity);
         if checked.is_err() {
             metrics::counter!("switchyard_memory_share_refusals_total").increment(1);
+            if let Some(a) = registered {
+                a.tally().waits().count_share_refusal();
+            }
         }
         checked
     }
@@ -492,6 +497,9 @@ impl Store {
                         _ = &mut released => {}
                         _ = tokio::time::sleep_until(deadline) => {
                             self.counters.memory_wait_timed_out();
+                            if let Some(since) = waited {
+                                self.count_memory_wait(&key.app, since);
+                            }
                             return Err(e);
                         }
                         _ = self.cancel.cancelled() => return Err(StorageError::ShuttingDown),
@@ -502,10 +510,18 @@ impl Store {
                         self.counters.memory_waited();
                         metrics::histogram!("switchyard_memory_wait_seconds")
                             .record(since.elapsed().as_secs_f64());
+                        self.count_memory_wait(&key.app, since);
                     }
                     return result;
                 }
             }
+        }
+    }
+
+    /// Counts an application's wait for memory that began `since`.
+    fn count_memory_wait(&self, app: &str, since: Instant) {
+        if let Some(a) = self.apps.get(app) {
+            a.tally().waits().count(WaitKind::Memory, since.elapsed());
         }
     }
 
@@ -915,6 +931,7 @@ impl Store {
             partitions: self.apps.partition_count(),
             memory_only_partitions: self.apps.memory_only_partition_count(),
             flush_queue: self.flusher.queued(),
+            read_queue: self.durable.read_queue() as u64,
             paused: self.is_paused(),
         }
     }

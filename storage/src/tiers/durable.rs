@@ -11,6 +11,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
+use super::fair::{FairGate, Turn};
+use super::waits::WaitKind;
+
 use super::cold::ColdTier;
 use super::disk::LocalDisk;
 use crate::block::{IndexRecord, INDEX_RECORD_LEN};
@@ -43,6 +46,10 @@ pub(crate) struct Durable {
     disks: Vec<Arc<LocalDisk>>,
     cold: Option<Arc<ColdTier>>,
     index_cache: moka::future::Cache<(u64, u64), Bytes>,
+    /// Places for reads of persisted data, taken application by application
+    /// when reads queue: a heavy reader's backlog cannot hold every place
+    /// before a small reader gets one.
+    read_places: Arc<FairGate>,
     /// Read budget in KiB units: bounds the memory that reads hold at once.
     read_budget: Arc<Semaphore>,
     read_budget_kib: u32,
@@ -88,6 +95,10 @@ impl Durable {
             .map_err(|e| StorageError::io(dir, e))?;
             disks.push(Arc::new(disk));
         }
+        // As many as the disks (and the cold tier, as one more disk) read
+        // at once, so the gate only orders what would queue anyway.
+        let tiers = config.disks.dirs.len() + usize::from(config.cold.is_some());
+        let read_places = FairGate::new(tiers * config.disks.read_concurrency);
         let read_budget_kib =
             (config.memory.read_capacity.as_u64() / 1024).min(u32::MAX as u64) as u32;
         let read_budget = Arc::new(Semaphore::new(read_budget_kib as usize));
@@ -112,6 +123,7 @@ impl Durable {
             disks,
             cold,
             index_cache,
+            read_places,
             read_budget,
             read_budget_kib,
             reads_holding: AtomicU64::new(0),
@@ -129,6 +141,11 @@ impl Durable {
         let total = self.read_budget_kib as u64;
         let free = (self.read_budget.available_permits() as u64).min(total);
         (total * 1024, (total - free) * 1024)
+    }
+
+    /// Reads waiting for a read place (`switchyard_read_queue`).
+    pub(crate) fn read_queue(&self) -> usize {
+        self.read_places.figures().1
     }
 
     /// Reads holding read budget, and reads waiting for it.
@@ -301,6 +318,17 @@ impl Durable {
             .map_err(|e: Arc<StorageError>| clone_error(&e))
     }
 
+    /// A read place for a read of `p`, its wait counted for its application.
+    async fn read_place(&self, p: &Partition) -> Turn {
+        if let Some(place) = self.read_places.try_enter() {
+            return place;
+        }
+        let started = std::time::Instant::now();
+        let place = self.read_places.enter(&p.key().app).await;
+        p.tally().waits().count(WaitKind::Read, started.elapsed());
+        place
+    }
+
     /// Bytes `[offset, offset + len)` of a partition's persisted data.
     pub(crate) async fn read_range(&self, p: &Partition, offset: u64, len: u64) -> Result<Bytes> {
         if len == 0 {
@@ -325,6 +353,7 @@ impl Durable {
             Some(cold) if segments.iter().any(|s| s.is_cold()) => cold.read_overhead(),
             _ => 0,
         };
+        let _place = self.read_place(p).await;
         // A read larger than the whole budget takes all of it, alone.
         let kib = ((len + cold_overhead).div_ceil(1024)).min(self.read_budget_kib as u64) as u32;
         let _budget = match self.read_budget.try_acquire_many(kib) {

@@ -20,12 +20,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::budget::MemoryBudget;
 use super::durable::{shuffle_rel, Durable};
+use super::fair::{FairGate, Turn};
+use super::waits::WaitKind;
 use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
 use crate::config::StoreConfig;
 use crate::counters::Counters;
@@ -65,7 +67,9 @@ pub(crate) struct Flusher {
     high_watermark: f64,
     low_watermark: f64,
     commit_timeout: Duration,
-    slots: Arc<Semaphore>,
+    /// Taken application by application when flushes queue, so that a big
+    /// application's backlog does not delay a small one's flush.
+    slots: Arc<FairGate>,
     spill_wakeup: Notify,
     /// Flushes with nowhere to write wait on it; notified when a disk's
     /// health changes and when partitions are removed.
@@ -105,7 +109,7 @@ impl Flusher {
             high_watermark: config.memory.high_watermark,
             low_watermark: config.memory.low_watermark,
             commit_timeout: config.commit_timeout,
-            slots: Arc::new(Semaphore::new(slots.max(1))),
+            slots: FairGate::new(slots),
             spill_wakeup: Notify::new(),
             retarget,
             pressure: AtomicU64::new(0),
@@ -226,24 +230,24 @@ impl Flusher {
         self.queued.load(Ordering::Relaxed)
     }
 
-    /// One flush slot, or ShuttingDown. The wait is counted in the queue
-    /// gauge while it lasts and timed once it ends (a slot is every write's
-    /// one shared resource, as a Celeborn flusher's buffers are).
-    async fn flush_slot(&self) -> Result<OwnedSemaphorePermit> {
-        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+    /// One flush slot for a flush of `p`, or ShuttingDown. The wait is
+    /// counted in the queue gauge while it lasts and timed once it ends,
+    /// for the node and for `p`'s application (a slot is every write's one
+    /// shared resource, as a Celeborn flusher's buffers are).
+    async fn flush_slot(&self, p: &Partition) -> Result<Turn> {
+        if let Some(slot) = self.slots.try_enter() {
             metrics::histogram!(SLOT_WAIT_SECONDS).record(0.0);
             return Ok(slot);
         }
         let started = Instant::now();
         self.queued.fetch_add(1, Ordering::Relaxed);
         let slot = tokio::select! {
-            slot = self.slots.clone().acquire_owned() => {
-                slot.map_err(|_| StorageError::ShuttingDown)
-            }
+            slot = self.slots.enter(&p.key().app) => Ok(slot),
             _ = self.cancel.cancelled() => Err(StorageError::ShuttingDown),
         };
         self.queued.fetch_sub(1, Ordering::Relaxed);
         metrics::histogram!(SLOT_WAIT_SECONDS).record(started.elapsed().as_secs_f64());
+        p.tally().waits().count(WaitKind::Flush, started.elapsed());
         slot
     }
 
@@ -255,7 +259,7 @@ impl Flusher {
         let _persist = p.persist.lock().await;
         let mut slot = None;
         if queued {
-            let acquired = self.flush_slot().await;
+            let acquired = self.flush_slot(p).await;
             p.flush_queued.store(false, Ordering::Release);
             slot = Some(acquired?);
         }
@@ -307,7 +311,7 @@ impl Flusher {
         p: &Partition,
         blocks: &Arc<[Block]>,
         bytes: u64,
-        slot: &mut Option<OwnedSemaphorePermit>,
+        slot: &mut Option<Turn>,
     ) -> Result<()> {
         let mut attempt: u32 = 0;
         loop {
@@ -324,7 +328,7 @@ impl Flusher {
             }
             let permit = match slot.take() {
                 Some(permit) => permit,
-                None => self.flush_slot().await?,
+                None => self.flush_slot(p).await?,
             };
             let Some(target) = self.choose_target(p) else {
                 drop(permit);
@@ -651,7 +655,7 @@ mod tests {
             .await
             .unwrap();
         let flusher = store.flusher();
-        assert_eq!(flusher.slots.available_permits(), 1);
+        assert_eq!(flusher.slots.figures(), (1, 0));
         store.register_app("a");
         let mut parts = Vec::new();
         for p in 0..3 {
@@ -686,8 +690,8 @@ mod tests {
             "all three batches wait"
         );
         assert_eq!(
-            flusher.slots.available_permits(),
-            1,
+            flusher.slots.figures(),
+            (1, 0),
             "no waiting flush holds the slot"
         );
         faults.0.store(false, Ordering::SeqCst);

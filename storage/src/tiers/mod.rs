@@ -5,11 +5,13 @@
 pub mod budget;
 pub(crate) mod cold;
 pub(crate) mod disk;
+pub(crate) mod fair;
 pub mod durable;
 pub(crate) mod flush;
 pub mod memory;
 pub(crate) mod partition;
 pub(crate) mod shares;
+pub(crate) mod waits;
 
 pub use durable::PartitionIndex;
 pub(crate) use durable::{Durable, IoPlacement};

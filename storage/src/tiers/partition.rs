@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::memory::{MemoryRead, PartitionBuffer};
+use super::waits::Waits;
 use crate::block::Block;
 use crate::error::{Result, StorageError};
 use crate::id::PartitionKey;
@@ -57,9 +58,15 @@ pub(crate) struct AppTally {
     /// tier: Celeborn's per-user file counts.
     disk_segments: AtomicU64,
     cold_segments: AtomicU64,
+    /// How long it waited for memory, flush slots and read places.
+    waits: Waits,
 }
 
 impl AppTally {
+    pub(crate) fn waits(&self) -> &Waits {
+        &self.waits
+    }
+
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Relaxed)
     }
