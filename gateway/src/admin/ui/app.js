@@ -91,6 +91,9 @@ function renderStatus(s) {
       (r.record_failures ? `; ${r.record_failures} commits not recorded` : "") +
       (r.manifest_stalled ? "; manifest write stalled (metadata disk hung?)" : "");
 
+  // An application's waits for the node's shared resources (fair shares).
+  const waited = (w) => !w ? "-" :
+    [w.memory_seconds, w.flush_seconds, w.read_seconds].map((x) => x.toFixed(1) + " s").join(" / ");
   const apps = st.applications.slice().sort((a, b) => a.id.localeCompare(b.id));
   const rows = apps.map((a) => {
     const [protocol, id] = splitApp(a.id, a.client);
@@ -99,10 +102,11 @@ function renderStatus(s) {
       cell(bytes(a.written_bytes || 0), "num"), cell(bytes(a.read_bytes || 0), "num"),
       cell(a.shuffles, "num"), cell(a.partitions, "num"),
       cell(bytes(a.bytes.memory), "num"), cell(bytes(a.bytes.disk), "num"),
-      cell(bytes(a.bytes.cold), "num"), cell(duration(a.idle_ms / 1000), "num"));
+      cell(bytes(a.bytes.cold), "num"), cell(duration(a.idle_ms / 1000), "num"),
+      cell(waited(a.waits), "num"), cell(a.waits ? a.waits.share_refusals : 0, "num"));
   });
   if (rows.length === 0) {
-    rows.push(el("tr", {}, el("td", { colspan: 11, class: "muted" }, "no applications")));
+    rows.push(el("tr", {}, el("td", { colspan: 13, class: "muted" }, "no applications")));
   }
   fill(document.querySelector("#apps tbody"), rows);
 }
