@@ -35,6 +35,8 @@
 #   SOAK_JOBS_UNIFFLE      Uniffle transport: GRPC or GRPC_NETTY (default GRPC_NETTY)
 #   SOAK_JOBS_WRITER       Celeborn writer: HASH or SORT (default HASH)
 #   SOAK_JOBS_TIMEOUT      seconds each job's JVM may run (default 150)
+#   SOAK_JOBS_REPLICAS     copies of the Spark jobs' shuffle data (default 2; 1 against a
+#                          single node, as switchyard-bench neighbours runs it)
 #   SOAK_JOBS_FLINK=0      leave the Flink job out
 #   MVN                    maven command (default: mvn)
 set -u -o pipefail
@@ -158,12 +160,13 @@ job() {
 records=${SOAK_JOBS_RECORDS:-200000}
 uniffle_client=uniffle-${SOAK_JOBS_UNIFFLE:-GRPC_NETTY}
 celeborn_client=celeborn-${SOAK_JOBS_WRITER:-HASH}
+replicas="-Dswitchyard.soak.replicas=${SOAK_JOBS_REPLICAS:-2}"
 # The first Spark JVM computes the round's reference on Spark's own shuffle; the second reads it.
 # shellcheck disable=SC2086
-job spark-uniffle "spark-$uniffle_client" java -Xmx2g $spark_opens -cp "$spark_cp" \
+job spark-uniffle "spark-$uniffle_client" java -Xmx2g $spark_opens "$replicas" -cp "$spark_cp" \
   dev.switchyard.it.SoakJobMain "$uniffle_client" "$uniffle" "$records" "$work/spark-reference.txt" "$work/spark-uniffle.line"
 # shellcheck disable=SC2086
-job spark-celeborn "spark-$celeborn_client" java -Xmx2g $spark_opens -cp "$spark_cp" \
+job spark-celeborn "spark-$celeborn_client" java -Xmx2g $spark_opens "$replicas" -cp "$spark_cp" \
   dev.switchyard.it.SoakJobMain "$celeborn_client" "$celeborn" "$records" "$work/spark-reference.txt" "$work/spark-celeborn.line"
 if [ "$flink" != 0 ]; then
   flink_cp="$state/flink-classes:$(cat "$state/flink-classpath.txt"):$flink_jar"

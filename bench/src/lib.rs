@@ -1,7 +1,8 @@
 //! `switchyard-bench`: benchmarks that print figures and a ratio against a
 //! baseline measured in the same run. They drive a server through the test
 //! clients of `switchyard-clients` (uniffle, celeborn, flink, overload, scale,
-//! soak: a fleet of nodes it starts itself) or
+//! soak: a fleet of nodes it starts itself, neighbours: one node it starts,
+//! beside real Spark and Flink jobs) or
 //! the store in process (storage, cold, restart, memory-wait); the
 //! `switchyard` server binary links none of it.
 //!
@@ -19,6 +20,7 @@ pub mod flink;
 pub mod harness;
 pub mod lifecycle;
 pub mod memory_wait;
+pub mod neighbours;
 pub mod overload;
 pub mod report;
 pub mod restart;
@@ -69,6 +71,10 @@ pub enum Command {
     /// while nodes are killed, restarted, decommissioned and cut off; every
     /// acknowledged record must be read back exactly once.
     Soak(soak::SoakArgs),
+    /// Noisy neighbours on one node with a throttled disk: real small Spark
+    /// and Flink jobs through the stock clients, alone and beside an
+    /// aggressor that holds the node at its budget through one protocol.
+    Neighbours(neighbours::NeighboursArgs),
 }
 
 /// Why a bench run did not complete.
@@ -100,6 +106,7 @@ pub fn run(command: Command) -> Result<(), BenchError> {
             Command::Overload(args) => overload::run(args).await,
             Command::Scale(args) => scale::run(args).await,
             Command::Soak(args) => soak::run(args).await,
+            Command::Neighbours(args) => neighbours::run(args).await,
         }
     })?;
     Ok(())

@@ -78,9 +78,64 @@ impl Node {
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
-        let log = std::fs::read_to_string(self.dir.join("switchyard.log")).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        log_tail(&self.dir, lines)
+    }
+}
+
+/// The last `lines` lines of `dir/switchyard.log`, where [`serve`] logs.
+pub(crate) fn log_tail(dir: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(dir.join("switchyard.log")).unwrap_or_default();
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Starts `bin serve --config config` in `dir` (its output appended to
+/// `dir/switchyard.log`) and waits until `admin` answers `/readyz`. A node
+/// that exits first, or is not ready in 90 s, is an error naming `name`
+/// with the end of its log; one that is not ready is killed first, so no
+/// caller is left with a process it does not know of.
+pub(crate) async fn serve(
+    bin: &Path,
+    config: &Path,
+    dir: &Path,
+    admin: SocketAddr,
+    name: &str,
+) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("switchyard.log"))?;
+    let mut child = Command::new(bin)
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .current_dir(dir)
+        .env_remove("SWITCHYARD_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("start {name}"))?;
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "{name} exited ({status}) before it was ready:\n{}",
+                log_tail(dir, 30)
+            );
+        }
+        if admin_get(admin, "/readyz").await.is_ok() {
+            return Ok(child);
+        }
+        if started.elapsed() >= READY_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{name} not ready in {READY_TIMEOUT:?}:\n{}",
+                log_tail(dir, 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -220,44 +275,12 @@ impl Fleet {
 
     /// Starts node `i` and waits until it answers `/readyz`.
     pub async fn launch(&mut self, i: usize) -> anyhow::Result<()> {
-        let bin = self.bin.clone();
         let node = &mut self.nodes[i - 1];
         ensure!(node.child.is_none(), "node {i} already runs");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(node.dir.join("switchyard.log"))?;
-        let child = Command::new(&bin)
-            .arg("serve")
-            .arg("--config")
-            .arg(&node.config)
-            .current_dir(&node.dir)
-            .env_remove("SWITCHYARD_ADMIN_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("start node {i}"))?;
+        let name = format!("node {i}");
+        let child = serve(&self.bin, &node.config, &node.dir, node.admin(), &name).await?;
         node.child = Some(child);
-        let started = Instant::now();
-        loop {
-            if let Some(status) = node.child.as_mut().expect("spawned").try_wait()? {
-                node.child = None;
-                bail!(
-                    "node {i} exited ({status}) before it was ready:\n{}",
-                    node.log_tail(30)
-                );
-            }
-            if admin_get(node.admin(), "/readyz").await.is_ok() {
-                return Ok(());
-            }
-            ensure!(
-                started.elapsed() < READY_TIMEOUT,
-                "node {i} not ready in {READY_TIMEOUT:?}:\n{}",
-                node.log_tail(30)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        Ok(())
     }
 
     /// Sends `signal` to node `i` and waits up to `within` for it to exit.

@@ -56,6 +56,11 @@ pub async fn build(args: &JobsArgs) -> anyhow::Result<()> {
         "soak: building the real jobs ({} --build)",
         script.display()
     );
+    build_script(script).await
+}
+
+/// `script --build`: what a round needs (Maven, redone only on a change).
+pub(crate) async fn build_script(script: &Path) -> anyhow::Result<()> {
     let out = tokio::process::Command::new(script)
         .arg("--build")
         .output()
@@ -98,6 +103,7 @@ pub fn spawn(
         script,
         uniffle: endpoints(19999),
         celeborn: endpoints(9097),
+        env: Vec::new(),
     };
     let every = Duration::from_secs(args.jobs_every.max(1));
     tally.lock().jobs.enable();
@@ -140,16 +146,19 @@ pub fn spawn(
 }
 
 /// How to run one round against this fleet.
-struct Round {
-    script: PathBuf,
-    uniffle: String,
-    celeborn: String,
+pub(crate) struct Round {
+    pub(crate) script: PathBuf,
+    /// The Uniffle coordinator quorum and the Celeborn masters.
+    pub(crate) uniffle: String,
+    pub(crate) celeborn: String,
+    /// The script's settings (`SOAK_JOBS_RECORDS` ...) beyond this process's environment.
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl Round {
     /// The round's results; a round that did not produce them is one failed
     /// result of the script itself, over the round's whole time.
-    async fn run(&self, n: u32) -> Vec<JobResult> {
+    pub(crate) async fn run(&self, n: u32) -> Vec<JobResult> {
         let from = SystemTime::now();
         let out = std::env::temp_dir().join(format!(
             "switchyard-soak-jobs-{}-{n}.txt",
@@ -159,6 +168,7 @@ impl Round {
             .args(["--uniffle", &self.uniffle, "--celeborn", &self.celeborn])
             .arg("--out")
             .arg(&out)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::null())
             .output()
             .await;
@@ -192,14 +202,14 @@ fn script_name(script: &Path) -> String {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
+pub(crate) enum Status {
     Ok,
     Mismatch,
     Failed,
 }
 
 impl Status {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Status::Ok => "ok",
             Status::Mismatch => "MISMATCH",
@@ -211,19 +221,19 @@ impl Status {
 /// One job's line: `client, ok|mismatch|failed, wall ms, start epoch ms,
 /// detail`, tab-separated.
 #[derive(Debug)]
-struct JobResult {
-    client: String,
-    status: Status,
-    wall_ms: u64,
+pub(crate) struct JobResult {
+    pub(crate) client: String,
+    pub(crate) status: Status,
+    pub(crate) wall_ms: u64,
     /// When the job ran through the fleet (its start to its end).
-    from: SystemTime,
-    until: SystemTime,
-    detail: String,
+    pub(crate) from: SystemTime,
+    pub(crate) until: SystemTime,
+    pub(crate) detail: String,
 }
 
 /// A line that does not parse is a failed result: the harness broke, and
 /// nothing says a fault did it.
-fn parse(line: &str) -> JobResult {
+pub(crate) fn parse(line: &str) -> JobResult {
     let f: Vec<&str> = line.splitn(5, '\t').collect();
     let num = |i: usize| f.get(i).and_then(|s| s.trim().parse::<u64>().ok());
     let status = match f.get(1).map(|s| s.trim()) {

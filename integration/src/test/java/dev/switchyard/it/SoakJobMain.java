@@ -87,18 +87,23 @@ public final class SoakJobMain {
   /**
    * The stock client against the fleet, with the settings production would have under faults:
    * task retries (local[2,4]: a task may run 4 times, as spark.task.maxFailures defaults to on a
-   * cluster), replicas on both protocols, and Celeborn's fetch failures as stage reruns.
+   * cluster), replicas on both protocols, and Celeborn's fetch failures as stage reruns. A single
+   * node (switchyard-bench neighbours) has nowhere to put a second copy: there
+   * {@code -Dswitchyard.soak.replicas=1} (soak-jobs.sh's SOAK_JOBS_REPLICAS) asks for none.
    */
   static SparkConf conf(String client, String endpoints) {
     SparkConf conf = SparkHarness.baseConf("soak-" + client, "local[2,4]");
+    boolean replicas = Integer.getInteger("switchyard.soak.replicas", 2) > 1;
     if (client.startsWith("uniffle-")) {
-      return SparkHarness.withUniffle(conf, endpoints, client.substring("uniffle-".length()))
-          .set("spark.rss.data.replica", "2")
-          .set("spark.rss.data.replica.write", "2")
-          .set("spark.rss.data.replica.read", "1");
+      SparkConf c = SparkHarness.withUniffle(conf, endpoints, client.substring("uniffle-".length()));
+      return replicas
+          ? c.set("spark.rss.data.replica", "2")
+              .set("spark.rss.data.replica.write", "2")
+              .set("spark.rss.data.replica.read", "1")
+          : c;
     } else if (client.startsWith("celeborn-")) {
       return SparkHarness.withCeleborn(conf, endpoints, client.substring("celeborn-".length()))
-          .set("spark.celeborn.client.push.replicate.enabled", "true")
+          .set("spark.celeborn.client.push.replicate.enabled", Boolean.toString(replicas))
           .set("spark.celeborn.client.spark.fetch.throwsFetchFailure", "true");
     }
     throw new IllegalArgumentException("unknown client " + client);
