@@ -49,7 +49,9 @@ pub use persist::manifest::RecoveredNote;
 pub use persist::recovery::RecoveryStatus;
 pub use secret::Secret;
 pub use small_map::small_map;
-pub use status::{AppStatus, NodeLoad, ShuffleStatus, StoreCounts, StoreStatus, TierBytes, UserConsumption};
+pub use status::{
+    AppStatus, NodeLoad, ShuffleStatus, StoreCounts, StoreStatus, TierBytes, UserConsumption,
+};
 pub use store::{PartitionIndex, PartitionStats, Store};
 pub use tiers::cold::{cold_operator, ColdStatus};
 pub use tiers::disk::{DiskHealth, DiskStatus};

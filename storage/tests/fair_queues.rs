@@ -61,7 +61,10 @@ async fn a_small_applications_flush_does_not_wait_for_a_big_ones_backlog() {
         big.bytes.memory
     );
     assert!(big.waits.flush_seconds > 0.0, "{:?}", big.waits);
-    assert_eq!(store.read_data(&key, 0, 16 << 10).await.unwrap().len(), 16 << 10);
+    assert_eq!(
+        store.read_data(&key, 0, 16 << 10).await.unwrap().len(),
+        16 << 10
+    );
 }
 
 #[tokio::test]

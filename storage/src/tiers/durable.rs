@@ -318,13 +318,14 @@ impl Durable {
             .map_err(|e: Arc<StorageError>| clone_error(&e))
     }
 
-    /// A read place for a read of `p`, its wait counted for its application.
-    async fn read_place(&self, p: &Partition) -> Turn {
+    /// A read place for a read of `len` bytes of `p`, its wait counted for
+    /// its application.
+    async fn read_place(&self, p: &Partition, len: u64) -> Turn {
         if let Some(place) = self.read_places.try_enter() {
             return place;
         }
         let started = std::time::Instant::now();
-        let place = self.read_places.enter(&p.key().app).await;
+        let place = self.read_places.enter(&p.key().app, len.max(1)).await;
         p.tally().waits().count(WaitKind::Read, started.elapsed());
         place
     }
@@ -353,7 +354,7 @@ impl Durable {
             Some(cold) if segments.iter().any(|s| s.is_cold()) => cold.read_overhead(),
             _ => 0,
         };
-        let _place = self.read_place(p).await;
+        let _place = self.read_place(p, len).await;
         // A read larger than the whole budget takes all of it, alone.
         let kib = ((len + cold_overhead).div_ceil(1024)).min(self.read_budget_kib as u64) as u32;
         let _budget = match self.read_budget.try_acquire_many(kib) {

@@ -1,9 +1,12 @@
-//! Turns taken application by application: a gate of `width` places that,
-//! when entrants wait, lets them through one application after another
-//! (round robin). One application's backlog of flushes or reads therefore
-//! cannot sit in front of another's single request: a newcomer waits for
-//! the next free place, not for the backlog. With nobody waiting it is a
-//! counter, and entering takes a free place at once.
+//! Turns taken application by application, in proportion to bytes: a gate
+//! of `width` places that, when entrants wait, gives the next free place to
+//! the waiting application that was served the fewest bytes since it
+//! started waiting (start-time fair queueing, each entrant costing the bytes
+//! it will write or read). One application's backlog of large flushes or
+//! reads therefore cannot sit in front of another's small ones: a newcomer
+//! waits for the next free place, and its small requests go ahead of the
+//! backlog until it has had as many bytes as the others. With nobody
+//! waiting it is a counter, and entering takes a free place at once.
 //!
 //! The flush slots ([`super::flush::Flusher`]) and the read places
 //! ([`super::durable::Durable`]) are such gates.
@@ -22,11 +25,23 @@ pub(crate) struct FairGate {
 
 struct State {
     free: usize,
-    /// Applications with someone waiting, in the order they are served.
-    ring: VecDeque<AppId>,
-    waiting: HashMap<AppId, VecDeque<oneshot::Sender<Turn>>>,
+    /// Applications with someone waiting.
+    waiting: HashMap<AppId, Waiting>,
+    /// The bytes served of the application served last when it was chosen:
+    /// an application that starts waiting starts there, so it neither
+    /// banks credit from idle time nor pays for bytes served before it came.
+    clock: u64,
+    /// Orders applications that were served equally: first come first.
+    arrivals: u64,
     /// Entrants waiting now.
     queued: usize,
+}
+
+/// One application's waiting entrants and the bytes it was served.
+struct Waiting {
+    entrants: VecDeque<(oneshot::Sender<Turn>, u64)>,
+    served: u64,
+    arrival: u64,
 }
 
 /// A place in the gate, handed to the next waiter (or freed) when dropped.
@@ -37,7 +52,9 @@ pub(crate) struct Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         if let Some(gate) = self.gate.take() {
-            gate.pass_on(Turn { gate: Some(gate.clone()) });
+            gate.pass_on(Turn {
+                gate: Some(gate.clone()),
+            });
         }
     }
 }
@@ -54,8 +71,9 @@ impl FairGate {
         Arc::new(FairGate {
             state: Mutex::new(State {
                 free: width.max(1),
-                ring: VecDeque::new(),
                 waiting: HashMap::new(),
+                clock: 0,
+                arrivals: 0,
                 queued: 0,
             }),
         })
@@ -73,22 +91,31 @@ impl FairGate {
         })
     }
 
-    /// A place, after the waiters of other applications ahead of `app` in
-    /// the round had theirs. Cancel-safe: a place given to a waiter that
-    /// stopped waiting goes on to the next.
-    pub(crate) async fn enter(self: &Arc<Self>, app: &AppId) -> Turn {
+    /// A place for an entrant of `app` that will move `cost` bytes, once
+    /// the applications served fewer bytes than `app` had theirs.
+    /// Cancel-safe: a place given to a waiter that stopped waiting goes on
+    /// to the next.
+    pub(crate) async fn enter(self: &Arc<Self>, app: &AppId, cost: u64) -> Turn {
         if let Some(turn) = self.try_enter() {
             return turn;
         }
         let rx = {
             let mut s = self.state.lock();
             let (tx, rx) = oneshot::channel();
-            match s.waiting.get_mut(app) {
-                Some(queue) => queue.push_back(tx),
-                None => {
-                    s.ring.push_back(app.clone());
-                    s.waiting.insert(app.clone(), VecDeque::from([tx]));
-                }
+            if !s.waiting.contains_key(app) {
+                let (clock, arrival) = (s.clock, s.arrivals);
+                s.arrivals += 1;
+                s.waiting.insert(
+                    app.clone(),
+                    Waiting {
+                        entrants: VecDeque::new(),
+                        served: clock,
+                        arrival,
+                    },
+                );
+            }
+            if let Some(w) = s.waiting.get_mut(app) {
+                w.entrants.push_back((tx, cost));
             }
             s.queued += 1;
             // A place freed between try_enter and here found nobody to
@@ -105,6 +132,16 @@ impl FairGate {
         // The gate outlives this future (it is borrowed), and a waiter's
         // sender is only dropped after a failed send to a dropped receiver.
         rx.await.expect("the gate hands every waiter a place")
+    }
+
+    /// Charges `app` `bytes` more, if it waits now: for an entrant whose
+    /// bytes were only known once it had its place (a queued flush cuts its
+    /// batch then). An application not waiting starts afresh when it next
+    /// waits, so nothing is kept for it.
+    pub(crate) fn charge(&self, app: &AppId, bytes: u64) {
+        if let Some(w) = self.state.lock().waiting.get_mut(app) {
+            w.served = w.served.saturating_add(bytes);
+        }
     }
 
     /// Places free now, and entrants waiting.
@@ -137,23 +174,29 @@ impl FairGate {
 }
 
 impl State {
+    /// The first entrant of the waiting application served the fewest
+    /// bytes (the earliest come among equals), charged its cost.
     fn next_waiter(&mut self) -> Option<oneshot::Sender<Turn>> {
-        while let Some(app) = self.ring.pop_front() {
-            let Some(queue) = self.waiting.get_mut(&app) else {
-                continue;
-            };
-            let tx = queue.pop_front();
-            if queue.is_empty() {
-                self.waiting.remove(&app);
-            } else {
-                self.ring.push_back(app);
+        loop {
+            let app = self
+                .waiting
+                .iter()
+                .min_by_key(|(_, w)| (w.served, w.arrival))
+                .map(|(app, _)| app.clone())?;
+            let w = self.waiting.get_mut(&app)?;
+            let next = w.entrants.pop_front();
+            self.clock = w.served;
+            if let Some((_, cost)) = &next {
+                w.served = w.served.saturating_add(*cost);
             }
-            if let Some(tx) = tx {
+            if w.entrants.is_empty() {
+                self.waiting.remove(&app);
+            }
+            if let Some((tx, _)) = next {
                 self.queued -= 1;
                 return Some(tx);
             }
         }
-        None
     }
 }
 
@@ -180,7 +223,7 @@ mod tests {
         for (name, i) in entrants {
             let (g, order) = (gate.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                let turn = g.enter(&app(name)).await;
+                let turn = g.enter(&app(name), 1).await;
                 order.lock().push(format!("{name}{i}"));
                 drop(turn);
             }));
@@ -197,6 +240,39 @@ mod tests {
         assert_eq!(gate.figures(), (1, 0));
     }
 
+    /// Turns go by bytes: the small application's three small entrants
+    /// all go before the big one's second large one.
+    #[tokio::test]
+    async fn turns_are_shared_by_bytes() {
+        let gate = FairGate::new(1);
+        let first = gate.try_enter().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        let entrants = [("big", 0, 100), ("big", 1, 100), ("small", 0, 10)];
+        for (name, i, cost) in entrants
+            .into_iter()
+            .chain([("small", 1, 10), ("small", 2, 10)])
+        {
+            let (g, order) = (gate.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let turn = g.enter(&app(name), cost).await;
+                order.lock().push(format!("{name}{i}"));
+                drop(turn);
+            }));
+            while gate.figures().1 < waiters.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(first);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert_eq!(
+            *order.lock(),
+            ["big0", "small0", "small1", "small2", "big1"]
+        );
+    }
+
     /// A waiter that stops waiting loses its place to the next one; no
     /// place is lost with it.
     #[tokio::test]
@@ -204,12 +280,12 @@ mod tests {
         let gate = FairGate::new(1);
         let first = gate.try_enter().unwrap();
         let (g, quitter) = (gate.clone(), app("quitter"));
-        let cancelled = tokio::spawn(async move { g.enter(&quitter).await });
+        let cancelled = tokio::spawn(async move { g.enter(&quitter, 1).await });
         while gate.figures().1 < 1 {
             tokio::task::yield_now().await;
         }
         let (g, patient) = (gate.clone(), app("patient"));
-        let served = tokio::spawn(async move { g.enter(&patient).await });
+        let served = tokio::spawn(async move { g.enter(&patient, 1).await });
         while gate.figures().1 < 2 {
             tokio::task::yield_now().await;
         }
@@ -228,8 +304,8 @@ mod tests {
     #[tokio::test]
     async fn free_places_are_taken_at_once() {
         let gate = FairGate::new(2);
-        let a = gate.enter(&app("a")).await;
-        let b = gate.enter(&app("a")).await;
+        let a = gate.enter(&app("a"), 1).await;
+        let b = gate.enter(&app("a"), 1).await;
         assert!(gate.try_enter().is_none());
         drop(a);
         assert_eq!(gate.figures(), (1, 0));

@@ -239,10 +239,14 @@ impl Flusher {
             metrics::histogram!(SLOT_WAIT_SECONDS).record(0.0);
             return Ok(slot);
         }
+        // Turns are shared by bytes: what this flush writes is charged once
+        // written (`write_batch`), since a queued flush cuts its batch only
+        // once it has its slot.
+        let cost = 1;
         let started = Instant::now();
         self.queued.fetch_add(1, Ordering::Relaxed);
         let slot = tokio::select! {
-            slot = self.slots.enter(&p.key().app) => Ok(slot),
+            slot = self.slots.enter(&p.key().app, cost) => Ok(slot),
             _ = self.cancel.cancelled() => Err(StorageError::ShuttingDown),
         };
         self.queued.fetch_sub(1, Ordering::Relaxed);
@@ -360,6 +364,7 @@ impl Flusher {
             let started = Instant::now();
             let written = self.write_to(p, target, blocks, bytes).await;
             drop(permit);
+            self.slots.charge(&p.key().app, bytes);
             match written {
                 Ok(()) => {
                     if let Some(d) = disk {

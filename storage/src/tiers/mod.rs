@@ -5,8 +5,8 @@
 pub mod budget;
 pub(crate) mod cold;
 pub(crate) mod disk;
-pub(crate) mod fair;
 pub mod durable;
+pub(crate) mod fair;
 pub(crate) mod flush;
 pub mod memory;
 pub(crate) mod partition;

@@ -64,8 +64,7 @@ impl Waits {
             WaitKind::Read => &self.read_us,
         };
         counter.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
-        metrics::histogram!(APP_WAIT_SECONDS, "kind" => kind.label())
-            .record(waited.as_secs_f64());
+        metrics::histogram!(APP_WAIT_SECONDS, "kind" => kind.label()).record(waited.as_secs_f64());
     }
 
     /// A push or buffer request was refused for being over its share.
