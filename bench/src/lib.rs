@@ -15,6 +15,7 @@
 
 pub mod celeborn;
 pub mod cold;
+pub mod fleet_scale;
 pub mod flink;
 pub mod harness;
 pub mod lifecycle;
@@ -69,6 +70,11 @@ pub enum Command {
     /// while nodes are killed, restarted, decommissioned and cut off; every
     /// acknowledged record must be read back exactly once.
     Soak(soak::SoakArgs),
+    /// The control plane of a big fleet: 3 real coordinators, up to 1,000
+    /// simulated workers and drivers of both protocols; placement latency
+    /// by shuffle size, coordinator CPU and RSS, app-book exchange, dead
+    /// workers, a restarted coordinator, placement balance.
+    FleetScale(fleet_scale::FleetScaleArgs),
 }
 
 /// Why a bench run did not complete.
@@ -100,6 +106,7 @@ pub fn run(command: Command) -> Result<(), BenchError> {
             Command::Overload(args) => overload::run(args).await,
             Command::Scale(args) => scale::run(args).await,
             Command::Soak(args) => soak::run(args).await,
+            Command::FleetScale(args) => fleet_scale::run(args).await,
         }
     })?;
     Ok(())
