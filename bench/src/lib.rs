@@ -16,6 +16,7 @@
 
 pub mod celeborn;
 pub mod cold;
+pub mod fleet_scale;
 pub mod flink;
 pub mod harness;
 pub mod lifecycle;
@@ -75,6 +76,11 @@ pub enum Command {
     /// and Flink jobs through the stock clients, alone and beside an
     /// aggressor that holds the node at its budget through one protocol.
     Neighbours(neighbours::NeighboursArgs),
+    /// The control plane of a big fleet: 3 real coordinators, up to 1,000
+    /// simulated workers and drivers of both protocols; placement latency
+    /// by shuffle size, coordinator CPU and RSS, app-book exchange, dead
+    /// workers, a restarted coordinator, placement balance.
+    FleetScale(fleet_scale::FleetScaleArgs),
 }
 
 /// Why a bench run did not complete.
@@ -107,6 +113,7 @@ pub fn run(command: Command) -> Result<(), BenchError> {
             Command::Scale(args) => scale::run(args).await,
             Command::Soak(args) => soak::run(args).await,
             Command::Neighbours(args) => neighbours::run(args).await,
+            Command::FleetScale(args) => fleet_scale::run(args).await,
         }
     })?;
     Ok(())

@@ -53,3 +53,24 @@ pub fn drop_page_cache() -> bool {
     nix::unistd::sync();
     std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
 }
+
+/// Current resident set size of another process, in bytes.
+pub fn rss_of(pid: u32) -> Option<u64> {
+    proc_status_kib(&pid.to_string(), "VmRSS:").map(|k| k * 1024)
+}
+
+/// User + system CPU time another process has used so far, from
+/// `/proc/<pid>/stat`.
+pub fn cpu_time_of(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces), from field 3.
+    let rest = stat
+        .rsplit_once(')')
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat without a command name"))?
+        .1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    anyhow::ensure!(f.len() > 13, "short /proc/{pid}/stat");
+    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    // /proc reports clock ticks of USER_HZ, 100 on Linux.
+    Ok(Duration::from_millis(ticks * 10))
+}

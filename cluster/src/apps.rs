@@ -13,6 +13,7 @@
 //! is removed when any coordinator holds its tombstone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
@@ -41,6 +42,12 @@ struct Entry {
     registered: BTreeSet<i32>,
     removed: BTreeSet<i32>,
     info: Option<AppInfo>,
+    /// This book's change number of the entry's last change that peers
+    /// must hear of ([`AppBook::changes_since`]).
+    changed: u64,
+    /// `last_seen_ms` as of that change: a driver's later word counts as a
+    /// change again only once it moved the time by [`AppBook::seen_step`].
+    seen_marked_ms: u64,
 }
 
 impl Entry {
@@ -52,7 +59,14 @@ impl Entry {
         self.last_seen_ms.max(self.lost_ms)
     }
 
-    fn merge(&mut self, r: &AppRecord) {
+    /// Joins a peer's record in; whether anything changed here.
+    fn merge(&mut self, r: &AppRecord) -> bool {
+        let before = (
+            self.last_seen_ms,
+            self.lost_ms,
+            self.registered.len(),
+            self.removed.len(),
+        );
         self.last_seen_ms = self.last_seen_ms.max(r.last_seen_ms);
         self.lost_ms = self.lost_ms.max(r.lost_ms);
         for &s in r.registered_shuffles.iter().take(MAX_SHUFFLES_PER_APP) {
@@ -67,11 +81,20 @@ impl Entry {
             }
             self.removed.insert(s);
         }
+        let mut info_changed = false;
         if let Some(info) = &r.info {
             if self.info.as_ref().is_none_or(|mine| newer(info, mine)) {
                 self.info = Some(info.clone());
+                info_changed = true;
             }
         }
+        let after = (
+            self.last_seen_ms,
+            self.lost_ms,
+            self.registered.len(),
+            self.removed.len(),
+        );
+        info_changed || before != after
     }
 
     fn record(&self, app: &str) -> AppRecord {
@@ -99,6 +122,22 @@ pub struct AppBook {
     /// An application not seen for this long is not reported alive (the
     /// workers' own lease then expires it): Celeborn's application timeout.
     timeout: Duration,
+    /// The last change number handed out; every change to an entry takes
+    /// the next one, so a peer that has every change up to n needs only
+    /// the entries changed after n.
+    seq: AtomicU64,
+    /// This book's incarnation (random, never 0): change numbers mean
+    /// something only within one; a restarted coordinator has a new one,
+    /// and its peers then send it everything.
+    epoch: u64,
+}
+
+/// A book's entries changed after some change number.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub records: Vec<AppRecord>,
+    /// Every change up to this number is in `records` (or was before).
+    pub seq: u64,
 }
 
 /// What a worker is told about the applications it asked about.
@@ -128,38 +167,67 @@ impl AppBook {
         AppBook {
             apps: DashMap::new(),
             timeout,
+            seq: AtomicU64::new(0),
+            epoch: rand::random::<u64>().max(1),
         }
+    }
+
+    /// This book's incarnation.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Marks an entry changed (called with its shard locked, so a reader
+    /// of [`AppBook::changes_since`] sees the change with its number).
+    fn mark(&self, e: &mut Entry) {
+        e.changed = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        e.seen_marked_ms = e.last_seen_ms;
+    }
+
+    /// How far a driver's word must move an application's last-seen time
+    /// before peers hear of it: a tenth of the application timeout. Drivers
+    /// heartbeat every few seconds; sending every beat would make each
+    /// exchange carry the whole book. A peer's copy then lags by this at
+    /// most, which only shortens how long it alone would keep the
+    /// application alive (the coordinator the driver talks to is exact).
+    pub fn seen_step(&self) -> u64 {
+        self.timeout.as_millis() as u64 / 10
     }
 
     /// A heartbeat, slot request or registration from the application's driver.
     pub fn seen(&self, app: &str) {
         let mut e = self.apps.entry(app.to_string()).or_default();
+        let was_lost = e.lost();
+        let new = e.last_seen_ms == 0;
         // After ApplicationLost in the same millisecond it must still count
         // as a new run.
         let floor = if e.lost_ms > 0 { e.lost_ms + 1 } else { 0 };
         e.last_seen_ms = e.last_seen_ms.max(now_ms()).max(floor);
+        // A new application and a new run of a lost one travel at once.
+        if new || was_lost || e.last_seen_ms >= e.seen_marked_ms + self.seen_step() {
+            self.mark(&mut e);
+        }
     }
 
     /// The master gave the shuffle slots (RequestSlots, ReviseLostShuffles).
     pub fn shuffle_registered(&self, app: &str, shuffle: i32) {
-        self.apps
-            .entry(app.to_string())
-            .or_default()
-            .registered
-            .insert(shuffle);
+        let mut e = self.apps.entry(app.to_string()).or_default();
+        if e.registered.insert(shuffle) {
+            self.mark(&mut e);
+        }
     }
 
     pub fn shuffle_removed(&self, app: &str, shuffle: i32) {
-        self.apps
-            .entry(app.to_string())
-            .or_default()
-            .removed
-            .insert(shuffle);
+        let mut e = self.apps.entry(app.to_string()).or_default();
+        if e.removed.insert(shuffle) {
+            self.mark(&mut e);
+        }
     }
 
     pub fn app_lost(&self, app: &str) {
         let mut e = self.apps.entry(app.to_string()).or_default();
         e.lost_ms = e.lost_ms.max(now_ms()).max(e.last_seen_ms);
+        self.mark(&mut e);
     }
 
     /// RegisterApplicationInfo: who runs the application.
@@ -176,6 +244,7 @@ impl AppBook {
             user: user.to_string(),
             extra: extra.into_iter().collect(),
         });
+        self.mark(&mut e);
     }
 
     /// The shuffles of `app` that got slots and were not unregistered, as a
@@ -237,10 +306,23 @@ impl AppBook {
 
     /// The whole book, for a peer.
     pub fn snapshot(&self) -> Vec<AppRecord> {
-        self.apps
+        self.changes_since(0).records
+    }
+
+    /// The entries changed after change number `since` (0: all), for a
+    /// peer that has every change up to it. An exchange then carries what
+    /// changed since the last one, not the whole book.
+    pub fn changes_since(&self, since: u64) -> Changes {
+        // Read before the walk: a change numbered later than this may or
+        // may not be in the walk, and is sent again next time either way.
+        let seq = self.seq.load(Ordering::Acquire);
+        let records = self
+            .apps
             .iter()
+            .filter(|e| since == 0 || e.value().changed > since)
             .map(|e| e.value().record(e.key()))
-            .collect()
+            .collect();
+        Changes { records, seq }
     }
 
     /// Takes in a peer's book. Records older than `retention` are not taken
@@ -257,15 +339,21 @@ impl AppBook {
             if latest < horizon {
                 continue;
             }
-            match self.apps.get_mut(&r.app) {
-                Some(mut e) => e.merge(r),
-                None => {
-                    if self.apps.len() >= MAX_APPS {
-                        continue;
+            if self.apps.len() >= MAX_APPS && !self.apps.contains_key(&r.app) {
+                continue;
+            }
+            // Marked with the entry locked, as every change is.
+            match self.apps.entry(r.app.clone()) {
+                dashmap::mapref::entry::Entry::Occupied(mut o) => {
+                    // What changed here travels on to the other peers.
+                    if o.get_mut().merge(r) {
+                        self.mark(o.get_mut());
                     }
-                    let mut e = Entry::default();
+                }
+                dashmap::mapref::entry::Entry::Vacant(v) => {
+                    let mut e = v.insert(Entry::default());
                     e.merge(r);
-                    self.apps.insert(r.app.clone(), e);
+                    self.mark(&mut e);
                     added += 1;
                 }
             }

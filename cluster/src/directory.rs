@@ -20,6 +20,10 @@ struct Entry {
 pub struct Directory {
     workers: DashMap<String, Entry>,
     timeout: Duration,
+    /// When forgotten workers were last dropped: once per worker timeout,
+    /// not on every heartbeat (a walk of every worker per heartbeat made
+    /// an interval's heartbeats cost workers squared).
+    pruned: parking_lot::Mutex<Instant>,
 }
 
 /// One worker as `/api/v1/cluster` and `ctl nodes` show it.
@@ -41,18 +45,23 @@ pub struct WorkerView {
     pub last_heartbeat_ms_ago: u64,
 }
 
+/// Takes new partitions: active and healthy.
+fn placeable(w: &WorkerHeartbeat) -> bool {
+    w.state == WorkerState::Active as i32 && w.load.as_ref().is_some_and(|l| l.healthy)
+}
+
 impl Directory {
     pub fn new(timeout: Duration) -> Self {
         Directory {
             workers: DashMap::new(),
             timeout,
+            pruned: parking_lot::Mutex::new(Instant::now()),
         }
     }
 
     /// Records a heartbeat (replacing the worker's last one).
     pub fn record(&self, heartbeat: WorkerHeartbeat) {
-        let forget = self.timeout * FORGET_AFTER_TIMEOUTS;
-        self.workers.retain(|_, e| e.last_seen.elapsed() < forget);
+        self.prune();
         self.workers.insert(
             heartbeat.node_id.clone(),
             Entry {
@@ -60,6 +69,41 @@ impl Directory {
                 last_seen: Instant::now(),
             },
         );
+    }
+
+    /// Forgets workers silent for [`FORGET_AFTER_TIMEOUTS`] timeouts, at
+    /// most once per timeout.
+    fn prune(&self) {
+        {
+            let mut last = self.pruned.lock();
+            if last.elapsed() < self.timeout {
+                return;
+            }
+            *last = Instant::now();
+        }
+        let forget = self.timeout * FORGET_AFTER_TIMEOUTS;
+        self.workers.retain(|_, e| e.last_seen.elapsed() < forget);
+    }
+
+    /// `f` of every placeable worker (live, active, healthy), by node id,
+    /// without copying their heartbeats (which list every application a
+    /// worker holds): placement reads only endpoints and load.
+    pub fn placeable_map<T>(&self, f: impl Fn(&WorkerHeartbeat) -> Option<T>) -> Vec<T> {
+        let mut out: Vec<(String, T)> = self
+            .workers
+            .iter()
+            .filter(|e| e.last_seen.elapsed() < self.timeout && placeable(&e.heartbeat))
+            .filter_map(|e| Some((e.heartbeat.node_id.clone(), f(&e.heartbeat)?)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Whether any live worker satisfies `f`.
+    pub fn any_live(&self, f: impl Fn(&WorkerHeartbeat) -> bool) -> bool {
+        self.workers
+            .iter()
+            .any(|e| e.last_seen.elapsed() < self.timeout && f(&e.heartbeat))
     }
 
     /// Workers heard from within the worker timeout, by node id.
@@ -76,12 +120,7 @@ impl Directory {
 
     /// Live workers that take new partitions: active and healthy.
     pub fn placeable(&self) -> Vec<WorkerHeartbeat> {
-        self.live()
-            .into_iter()
-            .filter(|w| {
-                w.state == WorkerState::Active as i32 && w.load.as_ref().is_some_and(|l| l.healthy)
-            })
-            .collect()
+        self.live().into_iter().filter(placeable).collect()
     }
 
     /// Live workers that are decommissioning.
@@ -190,5 +229,29 @@ mod tests {
             (state("a"), state("b"), state("c")),
             ("active", "lost", "lost")
         );
+    }
+
+    #[test]
+    fn forgotten_workers_are_dropped_without_a_walk_per_heartbeat() {
+        let d = Directory::new(Duration::from_millis(20));
+        d.record(beat("x", WorkerState::Active, true));
+        // Ten timeouts of silence, then a heartbeat of another worker.
+        std::thread::sleep(Duration::from_millis(250));
+        d.record(beat("y", WorkerState::Active, true));
+        let ids: Vec<_> = d.views().into_iter().map(|v| v.node_id).collect();
+        assert_eq!(ids, ["y"]);
+        // Within a timeout of the last walk, heartbeats do not walk again:
+        // z stays known though silent, as lost.
+        let d = Directory::new(Duration::from_secs(3600));
+        d.record(beat("z", WorkerState::Active, true));
+        d.record(beat("w", WorkerState::Active, true));
+        assert_eq!(d.views().len(), 2);
+        assert_eq!(
+            d.placeable_map(|h| Some(h.node_id.clone())),
+            ["w", "z"],
+            "by node id"
+        );
+        assert!(d.any_live(|h| h.node_id == "z"));
+        assert!(!d.any_live(|h| h.node_id == "q"));
     }
 }

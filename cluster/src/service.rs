@@ -160,10 +160,22 @@ impl Cluster for ClusterService {
                 tracing::info!(peer = %sync.coordinator_id, added, "applications learnt from a coordinator peer");
             }
         }
+        // Only what the asker has not merged yet, when it says what it has
+        // of this incarnation of the book.
+        let since = if sync.ack_epoch == self.apps.epoch() {
+            sync.ack_seq
+        } else {
+            0
+        };
+        let changes = self.apps.changes_since(since);
         Ok(Response::new(AppSync {
             protocol_version: PROTOCOL_VERSION,
             coordinator_id: self.coordinator_id.clone(),
-            apps: self.apps.snapshot(),
+            apps: changes.records,
+            epoch: self.apps.epoch(),
+            seq: changes.seq,
+            ack_epoch: 0,
+            ack_seq: 0,
         }))
     }
 }

@@ -1,14 +1,22 @@
 //! Coordinator to coordinator: every coordinator exchanges its app book
-//! with every other one (`SyncApps`), each round sending its whole book and
-//! merging the peer's. Books are joins (see [`crate::apps`]), so rounds may
-//! be lost, repeated or reordered and the books still converge; no peer is
-//! a leader and any may die.
+//! with every other one (`SyncApps`), each round sending what changed in
+//! its book since the peer last took it and merging what changed in the
+//! peer's. Books are joins (see [`crate::apps`]), so rounds may be lost,
+//! repeated or reordered and the books still converge; no peer is a leader
+//! and any may die.
+//!
+//! Change numbers belong to one incarnation of a book (its epoch): a peer
+//! that restarted answers with a new epoch, and then gets the whole book
+//! in the next round, as it sends its whole book (it acknowledges nothing
+//! of ours) and gets ours whole in its first reply. A failed round
+//! acknowledges nothing, so its changes go again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prost::Message;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
@@ -25,6 +33,10 @@ use crate::{PROTOCOL_VERSION, SECRET_HEADER};
 /// this are not taken back from a peer either.
 pub const APP_BOOK_RETENTION: Duration = Duration::from_secs(3600);
 
+/// App-book exchange bytes (protobuf-encoded `AppSync` messages) that this
+/// coordinator sent and received as the asking side of `SyncApps`.
+pub const SYNC_BYTES: &str = "switchyard_cluster_app_sync_bytes_total";
+
 pub struct AppSyncer {
     /// Set once a first round reached (or failed to reach) every peer: a
     /// coordinator warms up until then, so that it does not answer a driver
@@ -40,6 +52,14 @@ struct Peer {
     /// This coordinator itself (its own id came back): skipped.
     is_self: bool,
     failing: bool,
+    /// The peer's book incarnation and the change number of it merged
+    /// here (0, 0: nothing yet).
+    their_epoch: u64,
+    their_seq: u64,
+    /// Our change number the peer has everything up to, in its
+    /// incarnation `sent_epoch` (our changes went to that one).
+    sent_seq: u64,
+    sent_epoch: u64,
 }
 
 impl AppSyncer {
@@ -61,6 +81,10 @@ impl AppSyncer {
                     client: None,
                     is_self: false,
                     failing: false,
+                    their_epoch: 0,
+                    their_seq: 0,
+                    sent_seq: 0,
+                    sent_epoch: 0,
                 }))
             })
             .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
@@ -107,7 +131,7 @@ async fn exchange(
     book: &AppBook,
     secret: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
 ) {
-    let (address, mut client) = {
+    let (address, mut client, since, ack) = {
         let mut p = peer.lock();
         if p.is_self {
             return;
@@ -117,25 +141,48 @@ async fn exchange(
             .client
             .get_or_insert_with(|| ClusterClient::new(endpoint.connect_lazy()))
             .clone();
-        (p.address.clone(), client)
+        // Our changes since what this incarnation of the peer has.
+        let since = if p.their_epoch != 0 && p.sent_epoch == p.their_epoch {
+            p.sent_seq
+        } else {
+            0
+        };
+        (
+            p.address.clone(),
+            client,
+            since,
+            (p.their_epoch, p.their_seq),
+        )
     };
-    let mut request = tonic::Request::new(AppSync {
+    let changes = book.changes_since(since);
+    let sync = AppSync {
         protocol_version: PROTOCOL_VERSION,
         coordinator_id: coordinator_id.to_string(),
-        apps: book.snapshot(),
-    });
+        apps: changes.records,
+        epoch: book.epoch(),
+        seq: changes.seq,
+        ack_epoch: ack.0,
+        ack_seq: ack.1,
+    };
+    // Counted by the asking side only, so that the fleet's sum is what
+    // crossed the network once.
+    metrics::counter!(SYNC_BYTES, "direction" => "sent").increment(sync.encoded_len() as u64);
+    let mut request = tonic::Request::new(sync);
     request.metadata_mut().insert(SECRET_HEADER, secret);
     let result = client.sync_apps(request).await;
     let mut p = peer.lock();
     match result {
         Ok(reply) => {
             let reply = reply.into_inner();
+            metrics::counter!(SYNC_BYTES, "direction" => "received")
+                .increment(reply.encoded_len() as u64);
             if reply.coordinator_id == coordinator_id {
                 tracing::debug!(%address, "cluster.coordinators entry is this coordinator");
                 p.is_self = true;
                 return;
             }
             let added = book.merge(&reply.apps, APP_BOOK_RETENTION);
+            acknowledge(&mut p, &reply, since, changes.seq);
             metrics::counter!("switchyard_cluster_app_syncs_total", "result" => "ok").increment(1);
             if p.failing {
                 tracing::info!(%address, peer = %reply.coordinator_id, "coordinator peer reachable again");
@@ -157,4 +204,21 @@ async fn exchange(
             }
         }
     }
+}
+
+/// After an answered round: what each side now has of the other. The reply
+/// held the peer's changes after what we acknowledged (everything, when its
+/// epoch is new to us); the peer merged our changes since `since`, which
+/// completes its copy only if it is the incarnation that had the rest.
+fn acknowledge(p: &mut Peer, reply: &AppSync, since: u64, our_seq: u64) {
+    if reply.epoch == 0 {
+        // A peer that sends whole books: nothing to track.
+        (p.their_epoch, p.their_seq, p.sent_seq, p.sent_epoch) = (0, 0, 0, 0);
+        return;
+    }
+    let same_peer = reply.epoch == p.their_epoch;
+    p.sent_seq = if since == 0 || same_peer { our_seq } else { 0 };
+    p.sent_epoch = reply.epoch;
+    p.their_epoch = reply.epoch;
+    p.their_seq = reply.seq;
 }

@@ -115,25 +115,20 @@ fn celeborn_addr(c: &CelebornEndpoint) -> WorkerAddr {
 
 impl Fleet for CelebornFleet {
     fn workers(&self) -> Vec<Candidate> {
-        self.0
-            .directory
-            .placeable()
-            .into_iter()
-            .filter_map(|w| {
-                let load = w.load.unwrap_or_default();
-                Some(Candidate {
-                    addr: celeborn_addr(w.celeborn.as_ref()?),
-                    free_memory: load.memory_capacity.saturating_sub(load.memory_used),
-                    partitions: load.partitions,
-                    rack: if w.rack.is_empty() {
-                        switchyard_celeborn::server::fleet::DEFAULT_RACK.to_string()
-                    } else {
-                        w.rack.clone()
-                    },
-                    tags: w.celeborn.as_ref()?.tags.clone(),
-                })
+        self.0.directory.placeable_map(|w| {
+            let load = w.load.unwrap_or_default();
+            Some(Candidate {
+                addr: celeborn_addr(w.celeborn.as_ref()?),
+                free_memory: load.memory_capacity.saturating_sub(load.memory_used),
+                partitions: load.partitions,
+                rack: if w.rack.is_empty() {
+                    switchyard_celeborn::server::fleet::DEFAULT_RACK.to_string()
+                } else {
+                    w.rack.clone()
+                },
+                tags: w.celeborn.as_ref()?.tags.clone(),
             })
-            .collect()
+        })
     }
 
     fn warming(&self) -> bool {
@@ -141,7 +136,7 @@ impl Fleet for CelebornFleet {
     }
 
     fn knows(&self, unique_id: &str) -> bool {
-        self.0.directory.live().iter().any(|w| {
+        self.0.directory.any_live(|w| {
             w.celeborn
                 .as_ref()
                 .is_some_and(|c| celeborn_addr(c).unique_id() == unique_id)

@@ -22,6 +22,27 @@ struct Node {
     available_memory: i64,
     healthy: bool,
     last_seen: Instant,
+    /// Partitions this coordinator assigned to the server lately, halved
+    /// at each of its heartbeats: its reported memory does not show a
+    /// shuffle's data until the data arrives, so without this every
+    /// assignment between two heartbeats went to the same servers.
+    recent: u64,
+}
+
+/// A live server as placement sees it.
+struct Live {
+    id: ShuffleServerId,
+    tags: HashSet<String>,
+    available_memory: i64,
+    recent: u64,
+}
+
+impl Live {
+    /// Free memory per partition lately given, as Uniffle's partition
+    /// balance strategy weighs servers: higher goes first.
+    fn score(&self) -> f64 {
+        self.available_memory.max(0) as f64 / (1 + self.recent) as f64
+    }
 }
 
 /// The gRPC metadata key that carries the registration secret.
@@ -43,6 +64,9 @@ pub struct NodeRegistry {
     /// This process's own shuffle server: only the in-process heartbeat
     /// updates it.
     local: parking_lot::RwLock<Option<String>>,
+    /// When silent servers were last dropped: a walk of every server on
+    /// every heartbeat made an interval's heartbeats cost servers squared.
+    pruned: parking_lot::Mutex<Instant>,
 }
 
 impl NodeRegistry {
@@ -51,6 +75,7 @@ impl NodeRegistry {
             nodes: DashMap::new(),
             timeout,
             local: parking_lot::RwLock::new(None),
+            pruned: parking_lot::Mutex::new(Instant::now()),
         }
     }
 
@@ -79,15 +104,29 @@ impl NodeRegistry {
         if self.local.read().as_deref() == Some(id.id.as_str()) {
             return Err(Refusal::LocalId(id.id));
         }
-        let local = self.local.read().clone();
-        self.nodes.retain(|k, n| {
-            Some(k.as_str()) == local.as_deref() || n.last_seen.elapsed() < self.timeout
-        });
+        self.prune();
         self.upsert(id, tags, available_memory, healthy);
         Ok(())
     }
 
+    /// Forgets servers silent for the node timeout (the local one stays),
+    /// at most once per timeout; [`NodeRegistry::live`] skips them meanwhile.
+    fn prune(&self) {
+        {
+            let mut last = self.pruned.lock();
+            if last.elapsed() < self.timeout {
+                return;
+            }
+            *last = Instant::now();
+        }
+        let local = self.local.read().clone();
+        self.nodes.retain(|k, n| {
+            Some(k.as_str()) == local.as_deref() || n.last_seen.elapsed() < self.timeout
+        });
+    }
+
     fn upsert(&self, id: ShuffleServerId, tags: Vec<String>, available_memory: i64, healthy: bool) {
+        let recent = self.nodes.get(&id.id).map_or(0, |n| n.recent / 2);
         self.nodes.insert(
             id.id.clone(),
             Node {
@@ -96,19 +135,37 @@ impl NodeRegistry {
                 available_memory,
                 healthy,
                 last_seen: Instant::now(),
+                recent,
             },
         );
     }
 
-    fn live(&self) -> Vec<(ShuffleServerId, HashSet<String>, i64)> {
+    fn live(&self) -> Vec<Live> {
         let mut out: Vec<_> = self
             .nodes
             .iter()
             .filter(|n| n.healthy && n.last_seen.elapsed() < self.timeout)
-            .map(|n| (n.id.clone(), n.tags.clone(), n.available_memory))
+            .map(|n| Live {
+                id: n.id.clone(),
+                tags: n.tags.clone(),
+                available_memory: n.available_memory,
+                recent: n.recent,
+            })
             .collect();
-        out.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        out.sort_by(|a, b| a.id.id.cmp(&b.id.id));
         out
+    }
+
+    /// Counts what an assignment gave each server.
+    fn assigned(&self, assignments: &[PartitionRangeAssignment]) {
+        for a in assignments {
+            let n = (a.end_partition - a.start_partition + 1).max(0) as u64;
+            for s in &a.server {
+                if let Some(mut node) = self.nodes.get_mut(&s.id) {
+                    node.recent = node.recent.saturating_add(n);
+                }
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -214,7 +271,7 @@ impl CoordinatorServer for CoordinatorService {
         _request: Request<()>,
     ) -> Result<Response<GetShuffleServerListResponse>, Status> {
         Ok(Response::new(GetShuffleServerListResponse {
-            servers: self.nodes.live().into_iter().map(|n| n.0).collect(),
+            servers: self.nodes.live().into_iter().map(|n| n.id).collect(),
         }))
     }
 
@@ -241,14 +298,13 @@ impl CoordinatorServer for CoordinatorService {
         }
         let required: HashSet<&str> = r.require_tags.iter().map(String::as_str).collect();
         let faulty: HashSet<&str> = r.faulty_server_ids.iter().map(String::as_str).collect();
-        let mut candidates: Vec<(ShuffleServerId, i64)> = self
+        let mut candidates: Vec<Live> = self
             .nodes
             .live()
             .into_iter()
-            .filter(|(id, tags, _)| {
-                required.iter().all(|t| tags.contains(*t)) && !faulty.contains(id.id.as_str())
+            .filter(|n| {
+                required.iter().all(|t| n.tags.contains(*t)) && !faulty.contains(n.id.id.as_str())
             })
-            .map(|(id, _, mem)| (id, mem))
             .collect();
         let replicas = r.data_replica.max(1) as usize;
         if candidates.len() < replicas {
@@ -263,16 +319,22 @@ impl CoordinatorServer for CoordinatorService {
                 ),
             }));
         }
-        // Most available memory first.
-        candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
+        // Most free memory per partition lately given first (equal: most
+        // free memory, then by id).
+        candidates.sort_by(|a, b| {
+            b.score()
+                .total_cmp(&a.score())
+                .then(b.available_memory.cmp(&a.available_memory))
+        });
         let limit = match r.assignment_shuffle_server_number {
             n if n > 0 => (n as usize).min(self.config.max_servers_per_shuffle),
             _ => self.config.max_servers_per_shuffle,
         }
         .max(replicas);
         let servers: Vec<ShuffleServerId> =
-            candidates.into_iter().take(limit).map(|c| c.0).collect();
+            candidates.into_iter().take(limit).map(|c| c.id).collect();
         let assignments = assign(r.partition_num, &servers, replicas);
+        self.nodes.assigned(&assignments);
         tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_num, servers = servers.len(), "assigned shuffle");
         Ok(Response::new(GetShuffleAssignmentsResponse {
             status: StatusCode::Success as i32,
@@ -439,5 +501,49 @@ mod tests {
             }
         }
         assert!(assign(0, &[server(1)], 1).is_empty());
+    }
+
+    /// Assignments between two heartbeats spread instead of all going to
+    /// the servers with the most free memory (issue 43's simulation: a
+    /// tenth of the servers got every partition); a server with more free
+    /// memory still gets more.
+    #[tokio::test]
+    async fn assignments_between_heartbeats_spread_by_free_memory() {
+        let nodes = Arc::new(NodeRegistry::new(Duration::from_secs(60)));
+        for (i, free) in [(0, 200), (1, 100), (2, 100)] {
+            nodes
+                .upsert_remote(server(i), Vec::new(), free, true)
+                .unwrap();
+        }
+        let service = CoordinatorService::new(nodes.clone(), UniffleConfig::default(), None);
+        let mut given = std::collections::HashMap::<String, i32>::new();
+        for shuffle in 0..40 {
+            let r = service
+                .get_shuffle_assignments(Request::new(GetShuffleServerRequest {
+                    application_id: "app".into(),
+                    shuffle_id: shuffle,
+                    partition_num: 10,
+                    data_replica: 1,
+                    assignment_shuffle_server_number: 1,
+                    ..Default::default()
+                }))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(r.status, StatusCode::Success as i32, "{}", r.ret_msg);
+            *given
+                .entry(r.assignments[0].server[0].id.clone())
+                .or_default() += 10;
+        }
+        // Twice the memory, about twice the partitions; nobody starved.
+        assert!((180..=220).contains(&given["s0"]), "{given:?}");
+        assert!((80..=120).contains(&given["s1"]), "{given:?}");
+        assert!((80..=120).contains(&given["s2"]), "{given:?}");
+        // A heartbeat halves what the server was lately given.
+        let before = nodes.nodes.get("s1").unwrap().recent;
+        nodes
+            .upsert_remote(server(1), Vec::new(), 100, true)
+            .unwrap();
+        assert_eq!(nodes.nodes.get("s1").unwrap().recent, before / 2);
     }
 }
