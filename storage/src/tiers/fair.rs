@@ -210,20 +210,18 @@ mod tests {
         Arc::from(name)
     }
 
-    /// Waiters are served one application after another: the small
-    /// application's one request goes second, not after the big one's
-    /// whole backlog.
-    #[tokio::test]
-    async fn waiters_are_served_application_by_application() {
+    /// Queues `entrants` (application, index, cost) in this order behind a
+    /// held place of a gate of one, frees it, and returns the order in
+    /// which they were served.
+    async fn served_order(entrants: &[(&'static str, u32, u64)]) -> Vec<String> {
         let gate = FairGate::new(1);
         let first = gate.try_enter().unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
-        let entrants = [("big", 0), ("big", 1), ("big", 2), ("small", 0)];
-        for (name, i) in entrants {
+        for &(name, i, cost) in entrants {
             let (g, order) = (gate.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                let turn = g.enter(&app(name), 1).await;
+                let turn = g.enter(&app(name), cost).await;
                 order.lock().push(format!("{name}{i}"));
                 drop(turn);
             }));
@@ -236,39 +234,36 @@ mod tests {
         for w in waiters {
             w.await.unwrap();
         }
-        assert_eq!(*order.lock(), ["big0", "small0", "big1", "big2"]);
-        assert_eq!(gate.figures(), (1, 0));
+        assert_eq!(gate.figures(), (1, 0), "every place came back");
+        let served = order.lock().clone();
+        served
+    }
+
+    /// Waiters are served one application after another: the small
+    /// application's one request goes second, not after the big one's
+    /// whole backlog.
+    #[tokio::test]
+    async fn waiters_are_served_application_by_application() {
+        let entrants = [("big", 0, 1), ("big", 1, 1), ("big", 2, 1), ("small", 0, 1)];
+        assert_eq!(
+            served_order(&entrants).await,
+            ["big0", "small0", "big1", "big2"]
+        );
     }
 
     /// Turns go by bytes: the small application's three small entrants
     /// all go before the big one's second large one.
     #[tokio::test]
     async fn turns_are_shared_by_bytes() {
-        let gate = FairGate::new(1);
-        let first = gate.try_enter().unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        let entrants = [("big", 0, 100), ("big", 1, 100), ("small", 0, 10)];
-        for (name, i, cost) in entrants
-            .into_iter()
-            .chain([("small", 1, 10), ("small", 2, 10)])
-        {
-            let (g, order) = (gate.clone(), order.clone());
-            waiters.push(tokio::spawn(async move {
-                let turn = g.enter(&app(name), cost).await;
-                order.lock().push(format!("{name}{i}"));
-                drop(turn);
-            }));
-            while gate.figures().1 < waiters.len() {
-                tokio::task::yield_now().await;
-            }
-        }
-        drop(first);
-        for w in waiters {
-            w.await.unwrap();
-        }
+        let entrants = [
+            ("big", 0, 100),
+            ("big", 1, 100),
+            ("small", 0, 10),
+            ("small", 1, 10),
+            ("small", 2, 10),
+        ];
         assert_eq!(
-            *order.lock(),
+            served_order(&entrants).await,
             ["big0", "small0", "small1", "small2", "big1"]
         );
     }
