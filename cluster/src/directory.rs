@@ -123,12 +123,21 @@ impl Directory {
         self.live().into_iter().filter(placeable).collect()
     }
 
-    /// Live workers that are decommissioning.
+    /// Live workers that are decommissioning, by node id. Only those are
+    /// copied: a Celeborn driver's heartbeat asks for them, and copying
+    /// every worker's heartbeat for each was most of a busy master's work.
     pub fn decommissioning(&self) -> Vec<WorkerHeartbeat> {
-        self.live()
-            .into_iter()
-            .filter(|w| w.state == WorkerState::Decommissioning as i32)
-            .collect()
+        let mut out: Vec<_> = self
+            .workers
+            .iter()
+            .filter(|e| {
+                e.last_seen.elapsed() < self.timeout
+                    && e.heartbeat.state == WorkerState::Decommissioning as i32
+            })
+            .map(|e| e.heartbeat.clone())
+            .collect();
+        out.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        out
     }
 
     /// Every worker remembered, by node id, with the time since its last

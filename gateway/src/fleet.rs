@@ -135,11 +135,17 @@ impl Fleet for CelebornFleet {
         self.0.warming()
     }
 
-    fn knows(&self, unique_id: &str) -> bool {
+    fn knows(&self, worker: &WorkerAddr) -> bool {
+        // Field by field: a driver's heartbeat may ask about many workers,
+        // each compared with every live one.
         self.0.directory.any_live(|w| {
-            w.celeborn
-                .as_ref()
-                .is_some_and(|c| celeborn_addr(c).unique_id() == unique_id)
+            w.celeborn.as_ref().is_some_and(|c| {
+                c.host == worker.host
+                    && c.rpc_port == worker.rpc_port
+                    && c.push_port == worker.push_port
+                    && c.fetch_port == worker.fetch_port
+                    && c.replicate_port == worker.replicate_port
+            })
         })
     }
 

@@ -12,10 +12,12 @@
 //! The store owns the [`NodeMemory`] (it knows the number); the frame server
 //! takes from it. Neither imports the other: both see this crate.
 
+mod fair;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+pub use fair::{FairBytes, FairPool, Holder};
 
 /// Frames and replies up to this size (control messages and their answers,
 /// ordinary pushes) may use the part of the network share that large ones
@@ -42,42 +44,15 @@ pub enum Part {
 pub struct NodeMemory {
     capacity: u64,
     store_share: u64,
-    /// Every byte on the network: `network` permits.
-    network: Pool,
+    /// Every byte on the network. Both pools serve waiters by holder
+    /// (connection), least-holding first, so one heavy connection's queue
+    /// cannot sit in front of everyone else's frames and replies.
+    network: FairPool,
     /// What large frames and replies may hold: the network share but the part
     /// small ones keep.
-    large: Pool,
+    large: FairPool,
     in_flight: AtomicU64,
     replies: AtomicU64,
-}
-
-#[derive(Debug)]
-struct Pool {
-    semaphore: Arc<Semaphore>,
-    size: u32,
-}
-
-impl Pool {
-    fn new(size: u64) -> Self {
-        // acquire_many takes a u32; 4 GiB of network share is beyond any need.
-        let size = size.clamp(1, u64::from(u32::MAX)) as u32;
-        Pool {
-            semaphore: Arc::new(Semaphore::new(size as usize)),
-            size,
-        }
-    }
-
-    fn try_take(&self, permits: u32) -> Option<OwnedSemaphorePermit> {
-        self.semaphore.clone().try_acquire_many_owned(permits).ok()
-    }
-
-    async fn take(&self, permits: u32) -> OwnedSemaphorePermit {
-        self.semaphore
-            .clone()
-            .acquire_many_owned(permits)
-            .await
-            .expect("the pool's semaphore is never closed")
-    }
 }
 
 /// Why bytes cannot be taken at all.
@@ -97,8 +72,8 @@ impl NodeMemory {
         Arc::new(NodeMemory {
             capacity,
             store_share: capacity - network,
-            network: Pool::new(network),
-            large: Pool::new(network - small_kept),
+            network: FairPool::new(network),
+            large: FairPool::new(network - small_kept),
             in_flight: AtomicU64::new(0),
             replies: AtomicU64::new(0),
         })
@@ -112,8 +87,8 @@ impl NodeMemory {
         Arc::new(NodeMemory {
             capacity,
             store_share: capacity,
-            network: Pool::new(network),
-            large: Pool::new(network),
+            network: FairPool::new(network),
+            large: FairPool::new(network),
             in_flight: AtomicU64::new(0),
             replies: AtomicU64::new(0),
         })
@@ -126,7 +101,7 @@ impl NodeMemory {
 
     /// The part kept for bytes on the network.
     pub fn network(&self) -> u64 {
-        u64::from(self.network.size)
+        self.network.size()
     }
 
     /// What the store may hold: the rest.
@@ -139,7 +114,7 @@ impl NodeMemory {
     /// waited for.
     pub fn largest(&self, bytes: usize) -> u64 {
         match goes_large(bytes) {
-            true => u64::from(self.large.size),
+            true => self.large.size(),
             false => self.network(),
         }
     }
@@ -161,43 +136,46 @@ impl NodeMemory {
         }
     }
 
-    /// Takes `bytes` for `part` if they fit now. `Err(None)`: not now;
-    /// `Err(Some(_))`: never.
+    /// Takes `bytes` for `part`, held by `holder` (its connection), if they
+    /// fit now. `Err(None)`: not now; `Err(Some(_))`: never.
     pub fn try_take(
         self: &Arc<Self>,
+        holder: Holder,
         part: Part,
         bytes: usize,
     ) -> Result<NetworkBytes, Option<TooLarge>> {
         let permits = self.permits(bytes).map_err(Some)?;
         let large = match goes_large(bytes) {
-            true => Some(self.large.try_take(permits).ok_or(None)?),
+            true => Some(self.large.try_take(holder, permits).ok_or(None)?),
             false => None,
         };
-        let network = self.network.try_take(permits).ok_or(None)?;
+        let network = self.network.try_take(holder, permits).ok_or(None)?;
         Ok(self.held(part, bytes, large, network))
     }
 
-    /// Takes `bytes` for `part`, waiting until they fit; `Err` if they never
-    /// can. Large frames and replies take from the large pool first, always in
-    /// that order, so two waiters never hold one pool each.
+    /// Takes `bytes` for `part`, held by `holder`, waiting for room and for
+    /// the holders that hold less; `Err` if they never can. Large frames and
+    /// replies take from the large pool first, always in that order, so two
+    /// waiters never hold one pool each.
     pub async fn take(
         self: &Arc<Self>,
+        holder: Holder,
         part: Part,
         bytes: usize,
     ) -> Result<NetworkBytes, TooLarge> {
         let permits = self.permits(bytes)?;
         let large = match goes_large(bytes) {
-            true => Some(self.large.take(permits).await),
+            true => Some(self.large.take(holder, permits).await),
             false => None,
         };
-        let network = self.network.take(permits).await;
+        let network = self.network.take(holder, permits).await;
         Ok(self.held(part, bytes, large, network))
     }
 
-    fn permits(&self, bytes: usize) -> Result<u32, TooLarge> {
+    fn permits(&self, bytes: usize) -> Result<u64, TooLarge> {
         let limit = self.largest(bytes);
         match bytes as u64 <= limit {
-            true => Ok((bytes as u32).max(1)),
+            true => Ok((bytes as u64).max(1)),
             false => Err(TooLarge {
                 requested: bytes,
                 limit,
@@ -209,8 +187,8 @@ impl NodeMemory {
         self: &Arc<Self>,
         part: Part,
         bytes: usize,
-        large: Option<OwnedSemaphorePermit>,
-        network: OwnedSemaphorePermit,
+        large: Option<FairBytes>,
+        network: FairBytes,
     ) -> NetworkBytes {
         self.counter(part).fetch_add(bytes as u64, Ordering::AcqRel);
         NetworkBytes {
@@ -234,8 +212,8 @@ pub struct NetworkBytes {
     memory: Arc<NodeMemory>,
     part: Part,
     bytes: u64,
-    _large: Option<OwnedSemaphorePermit>,
-    _network: OwnedSemaphorePermit,
+    _large: Option<FairBytes>,
+    _network: FairBytes,
 }
 
 impl Drop for NetworkBytes {
@@ -262,22 +240,27 @@ mod tests {
     #[test]
     fn takes_count_by_part_and_give_back_on_drop() {
         let m = NodeMemory::new(64 << 20, 16 << 20);
-        let a = m.try_take(Part::InFlight, 8 << 20).unwrap();
-        let b = m.try_take(Part::Reply, 4 << 20).unwrap();
+        let a = m.try_take(Holder::next(), Part::InFlight, 8 << 20).unwrap();
+        let b = m.try_take(Holder::next(), Part::Reply, 4 << 20).unwrap();
         assert_eq!(m.in_use(Part::InFlight), 8 << 20);
         assert_eq!(m.in_use(Part::Reply), 4 << 20);
         // The large pool (12 MiB) is full; small frames still get in.
-        assert!(matches!(m.try_take(Part::InFlight, 1 << 20), Err(None)));
-        let small = m.try_take(Part::InFlight, SMALL).unwrap();
+        assert!(matches!(
+            m.try_take(Holder::next(), Part::InFlight, 1 << 20),
+            Err(None)
+        ));
+        let small = m.try_take(Holder::next(), Part::InFlight, SMALL).unwrap();
         drop((a, b, small));
         assert_eq!(m.in_use(Part::InFlight) + m.in_use(Part::Reply), 0);
-        assert!(m.try_take(Part::InFlight, 12 << 20).is_ok());
+        assert!(m.try_take(Holder::next(), Part::InFlight, 12 << 20).is_ok());
     }
 
     #[test]
     fn more_than_the_share_is_refused_not_awaited() {
         let m = NodeMemory::new(64 << 20, 16 << 20);
-        let err = m.try_take(Part::InFlight, 200 << 20).unwrap_err();
+        let err = m
+            .try_take(Holder::next(), Part::InFlight, 200 << 20)
+            .unwrap_err();
         assert_eq!(
             err,
             Some(TooLarge {
@@ -290,10 +273,16 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_gets_in_once_room_is_given_back() {
         let m = NodeMemory::new(64 << 20, 16 << 20);
-        let held = m.try_take(Part::InFlight, 12 << 20).unwrap();
+        let held = m
+            .try_take(Holder::next(), Part::InFlight, 12 << 20)
+            .unwrap();
         let waiter = tokio::spawn({
             let m = m.clone();
-            async move { m.take(Part::InFlight, 1 << 20).await.map(|_| ()) }
+            async move {
+                m.take(Holder::next(), Part::InFlight, 1 << 20)
+                    .await
+                    .map(|_| ())
+            }
         });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());

@@ -145,7 +145,8 @@ pub async fn request_slots(
         application_id: app.to_string(),
         shuffle_id: shuffle,
         partition_id_list: (0..partitions).collect(),
-        packed: false,
+        // As every 0.5+ LifecycleManager asks.
+        packed: true,
         available_storage_types: 2,
         max_workers: 10_000,
         user_identifier: Some(PbUserIdentifier {
@@ -166,12 +167,27 @@ pub async fn request_slots(
     let took = started.elapsed();
     let slots: PbRequestSlotsResponse = decode(&reply)?;
     ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
+    ensure!(
+        slots.worker_resource.is_empty(),
+        "a packed ask answered in the plain form"
+    );
     let placed = slots
-        .worker_resource
+        .packed_worker_resource
         .into_iter()
-        .map(|(id, r)| (id, r.primary_partitions.len() as u64))
+        .map(|(id, r)| (id, packed_primaries(&r)))
         .collect();
     Ok((took, placed))
+}
+
+/// The primaries a packed worker resource gives its worker: among the
+/// input entries (the rest are their peers elsewhere), those in mode 0.
+fn packed_primaries(r: &PbPackedWorkerResource) -> u64 {
+    let Some(pair) = &r.location_pairs else {
+        return 0;
+    };
+    let modes = pair.locations.as_ref().map_or(&[][..], |l| &l.modes[..]);
+    let inputs = (pair.input_location_size.max(0) as usize).min(modes.len());
+    modes[..inputs].iter().filter(|&&m| m == 0).count() as u64
 }
 
 /// getShuffleAssignments on a Uniffle coordinator, `servers` servers at
@@ -237,6 +253,8 @@ pub struct Tally {
     pub skipped: AtomicU64,
     pub app_calls: AtomicU64,
     pub app_call_failures: AtomicU64,
+    /// The first driver call that failed, for the report.
+    pub first_app_call_error: Mutex<Option<String>>,
     pub apps_started: AtomicU64,
 }
 
@@ -254,6 +272,13 @@ pub struct LatencyRow {
 }
 
 impl Tally {
+    fn app_call_failed(&self, error: &dyn std::fmt::Display) {
+        self.app_call_failures.fetch_add(1, Ordering::Relaxed);
+        self.first_app_call_error
+            .lock()
+            .get_or_insert_with(|| error.to_string());
+    }
+
     fn record(&self, protocol: Protocol, size: i32, took: Duration) {
         self.latency
             .lock()
@@ -473,8 +498,8 @@ where
 {
     let clients = ctx.clients.read().await.clone();
     ctx.tally.app_calls.fetch_add(1, Ordering::Relaxed);
-    if call(clients).await.is_err() {
-        ctx.tally.app_call_failures.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = call(clients).await {
+        ctx.tally.app_call_failed(&e);
     }
 }
 
@@ -492,8 +517,8 @@ async fn register(ctx: &Ctx, protocol: Protocol, app: &str) {
                 };
                 let mut c = clients.uniffle(i);
                 ctx.tally.app_calls.fetch_add(1, Ordering::Relaxed);
-                if c.register_application_info(request).await.is_err() {
-                    ctx.tally.app_call_failures.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = c.register_application_info(request).await {
+                    ctx.tally.app_call_failed(&format!("coordinator {i}: {e}"));
                 }
             }
         }
@@ -533,8 +558,8 @@ async fn heartbeat(ctx: &Ctx, protocol: Protocol, app: &str) {
                 let r = c
                     .app_heartbeat(AppHeartBeatRequest { app_id: app.into() })
                     .await;
-                if r.is_err() {
-                    ctx.tally.app_call_failures.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = r {
+                    ctx.tally.app_call_failed(&format!("coordinator {i}: {e}"));
                 }
             }
         }

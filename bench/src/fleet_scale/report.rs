@@ -74,6 +74,8 @@ pub struct Figures {
     pub shuffles_skipped: u64,
     pub app_calls_per_s: f64,
     pub app_call_failures: u64,
+    /// The first failed driver call's error.
+    pub first_app_call_error: Option<String>,
     pub apps_started: u64,
     pub celeborn_balance: f64,
     pub uniffle_balance: f64,
@@ -107,6 +109,7 @@ impl Figures {
             latency: tally.rows(),
             shuffles_skipped: tally.skipped.load(Ordering::Relaxed),
             app_call_failures: tally.app_call_failures.load(Ordering::Relaxed),
+            first_app_call_error: tally.first_app_call_error.lock().clone(),
             apps_started: tally.apps_started.load(Ordering::Relaxed),
             celeborn_balance: tally.balance(Protocol::Celeborn),
             uniffle_balance: tally.balance(Protocol::Uniffle),
@@ -143,6 +146,9 @@ pub fn table(f: &Figures) -> String {
         "fleet-scale: 3 coordinators, {} simulated workers, {} applications ({:.0} shuffles/s offered, {} skipped; {:.0} driver calls/s, {} failed; {} applications started)\n",
         f.workers, f.apps, f.shuffle_rate, f.shuffles_skipped, f.app_calls_per_s, f.app_call_failures, f.apps_started
     );
+    if let Some(e) = &f.first_app_call_error {
+        let _ = writeln!(t, "first failed driver call: {e}\n");
+    }
     let _ = writeln!(t, "| figure | coordinator 1 / 2 / 3 |\n|---|---|");
     let rows = [
         (

@@ -211,13 +211,20 @@ impl Lm {
             .unwrap();
         let slots: PbRequestSlotsResponse = decode(&r).unwrap();
         assert_eq!(slots.status, 0);
-        assert_eq!(slots.worker_resource.len(), 1);
-        let (worker_id, res) = slots.worker_resource.iter().next().unwrap();
+        // Asked packed, as 0.5+ clients ask, the reply is packed only.
+        assert!(slots.worker_resource.is_empty());
+        assert_eq!(slots.packed_worker_resource.len(), 1);
+        let (worker_id, res) = slots.packed_worker_resource.iter().next().unwrap();
         assert_eq!(
             *worker_id,
             env.node.addrs.worker.as_ref().unwrap().unique_id()
         );
-        assert_eq!(res.primary_partitions.len(), partitions as usize);
+        let pair = res.location_pairs.as_ref().unwrap();
+        let locations = pair.locations.as_ref().unwrap();
+        assert_eq!(pair.input_location_size, partitions);
+        assert_eq!(locations.ids, (0..partitions).collect::<Vec<_>>());
+        assert!(locations.modes.iter().all(|&m| m == 0), "all primaries");
+        assert_eq!(locations.worker_ids_set, [worker_id.clone()]);
         let rpc_port: i32 = worker_id.split(':').nth(1).unwrap().parse().unwrap();
         let worker = Connection::connect(addr(rpc_port)).await.unwrap();
         assert!(worker.verify(endpoint::WORKER).await.unwrap());

@@ -168,8 +168,12 @@ impl NodeRegistry {
         }
     }
 
+    /// Live servers, counted without copying them.
     pub fn len(&self) -> usize {
-        self.live().len()
+        self.nodes
+            .iter()
+            .filter(|n| n.healthy && n.last_seen.elapsed() < self.timeout)
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {

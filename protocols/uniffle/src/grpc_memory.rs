@@ -17,7 +17,7 @@ use std::task::{ready, Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
-use switchyard_memory::{NetworkBytes, NodeMemory, Part, TooLarge};
+use switchyard_memory::{Holder, NetworkBytes, NodeMemory, Part, TooLarge};
 
 /// gRPC's message prefix: a compression flag and a big-endian 4-byte length.
 const PREFIX: usize = 5;
@@ -67,10 +67,18 @@ where
         let held = Held::default();
         let node = self.node.clone();
         let slot = held.clone();
+        // The calls of one HTTP/2 connection wait their turn for the network
+        // share as one holder, beside the frame ports' connections.
+        let holder = request
+            .extensions()
+            .get::<tonic::transport::server::TcpConnectInfo>()
+            .and_then(|c| c.remote_addr())
+            .map_or_else(Holder::next, Holder::of_peer);
         let request = request.map(|inner| {
             tonic::body::Body::new(ChargedBody {
                 inner,
                 node,
+                holder,
                 held: slot,
                 head: BytesMut::new(),
                 state: State::Prefix,
@@ -89,6 +97,7 @@ where
 struct ChargedBody {
     inner: tonic::body::Body,
     node: Arc<NodeMemory>,
+    holder: Holder,
     held: Held,
     /// What arrived of the message before its bytes were taken.
     head: BytesMut,
@@ -109,7 +118,7 @@ impl ChargedBody {
     fn start_taking(&mut self) -> Result<(), tonic::Status> {
         let len = u32::from_be_bytes([self.head[1], self.head[2], self.head[3], self.head[4]]);
         let bytes = PREFIX + len as usize;
-        match self.node.try_take(Part::InFlight, bytes) {
+        match self.node.try_take(self.holder, Part::InFlight, bytes) {
             Ok(held) => {
                 self.hold(held);
                 Ok(())
@@ -118,11 +127,10 @@ impl ChargedBody {
             Err(None) => {
                 metrics::counter!("switchyard_read_pauses_total", "protocol" => "uniffle", "port" => "grpc")
                     .increment(1);
-                let node = self.node.clone();
-                self.state =
-                    State::Taking(Box::pin(
-                        async move { node.take(Part::InFlight, bytes).await },
-                    ));
+                let (node, holder) = (self.node.clone(), self.holder);
+                self.state = State::Taking(Box::pin(async move {
+                    node.take(holder, Part::InFlight, bytes).await
+                }));
                 Ok(())
             }
         }
@@ -215,6 +223,7 @@ mod tests {
         ChargedBody {
             inner: tonic::body::Body::new(inner),
             node,
+            holder: Holder::next(),
             held,
             head: BytesMut::new(),
             state: State::Prefix,

@@ -56,6 +56,9 @@ pub enum CelebornError {
     NoEndpoint(String),
     #[error("cannot encode the reply: {0}")]
     Encode(String),
+    /// The task placing a shuffle's slots panicked or was cancelled.
+    #[error("slot placement did not finish: {0}")]
+    Placement(String),
     /// A shuffle key, file name or application id that does not parse.
     #[error("bad {what} {value:?}")]
     BadName { what: &'static str, value: String },
@@ -215,6 +218,7 @@ impl CelebornError {
             | WarmingUp
             | Closed
             | Encode(_)
+            | Placement(_)
             | BadName { .. }
             | Invalid(_)
             | NotMapPartitions(_)

@@ -28,10 +28,9 @@ pub struct Candidate {
 pub trait Fleet: Send + Sync + 'static {
     /// Workers that take new partitions: alive, active, healthy.
     fn workers(&self) -> Vec<Candidate>;
-    /// Whether a worker (`host:rpc:push:fetch:replicate`) heartbeats any
-    /// coordinator; a driver asking about one that does not is told it is
-    /// unknown.
-    fn knows(&self, unique_id: &str) -> bool;
+    /// Whether a worker heartbeats any coordinator; a driver asking about
+    /// one that does not is told it is unknown.
+    fn knows(&self, worker: &WorkerAddr) -> bool;
     /// True while a just-started coordinator waits for the workers'
     /// heartbeats: it then refuses drivers (RPC failure), so that they move
     /// to the next master instead of hearing "no workers".
@@ -116,14 +115,14 @@ impl Fleet for Alone {
         }]
     }
 
-    fn knows(&self, unique_id: &str) -> bool {
-        self.worker.addr.unique_id() == unique_id
+    fn knows(&self, worker: &WorkerAddr) -> bool {
+        self.worker.addr == *worker
     }
 }
 
 /// Slots for one request: per worker (by unique id), the partition ids it
 /// holds as primary and as replica.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Slots {
     pub primaries: Vec<i32>,
     pub replicas: Vec<i32>,
@@ -158,49 +157,71 @@ pub fn place(
     if workers.is_empty() {
         return Vec::new();
     }
-    workers.sort_by(|a, b| {
+    // The unique id breaks ties so every coordinator orders alike; it is
+    // built once per worker, not per comparison.
+    workers.sort_by_cached_key(|w| {
         (
-            a.partitions,
-            std::cmp::Reverse(a.free_memory),
-            a.addr.unique_id(),
+            w.partitions,
+            std::cmp::Reverse(w.free_memory),
+            w.addr.unique_id(),
         )
-            .cmp(&(
-                b.partitions,
-                std::cmp::Reverse(b.free_memory),
-                b.addr.unique_id(),
-            ))
     });
     let n = workers.len();
-    let mut slots: BTreeMap<usize, Slots> = BTreeMap::new();
+    let replica_of = replica_targets(&workers, replicate, rack_aware);
+    let mut slots = vec![Slots::default(); n];
     for (i, &p) in partitions.iter().enumerate() {
         let primary = i % n;
-        slots.entry(primary).or_default().primaries.push(p);
-        if replicate && n > 1 {
-            let next = |k: usize| (primary + k) % n;
-            let other_rack = || {
-                (1..n)
-                    .map(next)
-                    .find(|&j| workers[j].rack != workers[primary].rack)
-            };
-            let replica = rack_aware.then(other_rack).flatten().unwrap_or(next(1));
-            slots.entry(replica).or_default().replicas.push(p);
+        slots[primary].primaries.push(p);
+        if let Some(replica) = replica_of[primary] {
+            slots[replica].replicas.push(p);
         }
     }
-    let chosen = slots.len();
+    let chosen = slots.iter().filter(|s| !s.is_empty()).count();
     let spares = (n - chosen).min(EXTRA_WORKERS.max(MIN_WORKERS.saturating_sub(chosen)));
-    let unchosen: Vec<usize> = (0..n)
-        .filter(|i| !slots.contains_key(i))
-        .take(spares)
-        .collect();
-    slots
-        .into_iter()
-        .map(|(i, s)| (workers[i].clone(), s))
-        .chain(
-            unchosen
-                .into_iter()
-                .map(|i| (workers[i].clone(), Slots::default())),
-        )
-        .collect()
+    // The chosen workers in placement order, then the first unchosen ones.
+    let mut placed = Vec::with_capacity(chosen + spares);
+    let mut unchosen = Vec::with_capacity(spares);
+    for (w, s) in workers.into_iter().zip(slots) {
+        if !s.is_empty() {
+            placed.push((w, s));
+        } else if unchosen.len() < spares {
+            unchosen.push((w, s));
+        }
+    }
+    placed.extend(unchosen);
+    placed
+}
+
+impl Slots {
+    fn is_empty(&self) -> bool {
+        self.primaries.is_empty() && self.replicas.is_empty()
+    }
+}
+
+/// For each worker (in placement order), where the replicas of its
+/// primaries go: none without `replicate` or a second worker; else the next
+/// worker, or with `rack_aware` the next one on another rack where there is
+/// one (else the next, as the JVM master falls back). Linear in workers.
+fn replica_targets(workers: &[Candidate], replicate: bool, rack_aware: bool) -> Vec<Option<usize>> {
+    let n = workers.len();
+    if !replicate || n < 2 {
+        return vec![None; n];
+    }
+    let next = |i: usize| (i + 1) % n;
+    if !rack_aware {
+        return (0..n).map(|i| Some(next(i))).collect();
+    }
+    // Over the list twice round, from the end: the first later position on
+    // another rack than position k's. Equal neighbours share the answer.
+    let mut other_rack: Vec<Option<usize>> = vec![None; 2 * n];
+    for k in (0..2 * n - 1).rev() {
+        other_rack[k] = if workers[k % n].rack != workers[(k + 1) % n].rack {
+            Some((k + 1) % n)
+        } else {
+            other_rack[k + 1]
+        };
+    }
+    (0..n).map(|i| other_rack[i].or(Some(next(i)))).collect()
 }
 
 #[cfg(test)]

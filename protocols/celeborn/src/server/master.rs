@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use super::error::CelebornError;
-use super::fleet::{place, Candidate, Fleet, Slots};
-use super::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
+use super::fleet::{place, Candidate, Fleet};
+use super::rpc::{decode, Endpoint};
+use super::slot_reply;
 use super::tags::TagsExpr;
 use super::worker::WorkerState;
 use crate::proto::*;
@@ -75,10 +76,19 @@ impl Endpoint for MasterEndpoint {
                 ))
             }
             Some(MessageType::HeartbeatFromApplication) => Ok(self.heartbeat(decode(&tm)?)),
-            Some(MessageType::RequestSlots) => Ok(TransportMessage::new(
-                MessageType::RequestSlotsResponse,
-                &self.request_slots_counted(decode(&tm)?),
-            )),
+            Some(MessageType::RequestSlots) => {
+                let ask: PbRequestSlots = decode(&tm)?;
+                // Placing and encoding 10^5 partitions takes milliseconds:
+                // off the runtime, so other calls keep being answered.
+                tokio::task::spawn_blocking(move || {
+                    TransportMessage::new(
+                        MessageType::RequestSlotsResponse,
+                        &self.request_slots_counted(ask),
+                    )
+                })
+                .await
+                .map_err(|e| CelebornError::Placement(e.to_string()))
+            }
             Some(MessageType::CheckQuota) => Ok(TransportMessage::new(
                 MessageType::CheckQuotaResponse,
                 &self.check_quota(decode(&tm)?),
@@ -181,10 +191,13 @@ impl MasterEndpoint {
             .need_checked_worker_list
             .into_iter()
             .filter(|w| {
-                !self.fleet.knows(&format!(
-                    "{}:{}:{}:{}:{}",
-                    w.host, w.rpc_port, w.push_port, w.fetch_port, w.replicate_port
-                ))
+                !self.fleet.knows(&super::worker::WorkerAddr {
+                    host: w.host.clone(),
+                    rpc_port: w.rpc_port,
+                    push_port: w.push_port,
+                    fetch_port: w.fetch_port,
+                    replicate_port: w.replicate_port,
+                })
             })
             .collect();
         let shutting_workers = self.fleet.shutting().iter().map(worker_info).collect();
@@ -310,101 +323,26 @@ impl MasterEndpoint {
             .filter(|(_, s)| !s.primaries.is_empty() || !s.replicas.is_empty())
             .count();
         let spares = placed.len() - workers;
-        let worker_resource = worker_resources(placed, r.available_storage_types);
         self.fleet
             .shuffle_registered(&r.application_id, r.shuffle_id);
         tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, spares, "slots assigned");
-        PbRequestSlotsResponse {
-            status: StatusCode::Success.as_i32(),
-            // Field 2, the unpacked form, is what every client version reads.
-            worker_resource,
-            packed_worker_resource: Default::default(),
+        // A 0.5+ client asks for the packed form, a fraction of the plain
+        // one's size for a big shuffle; older ones read only the plain form.
+        let types = r.available_storage_types;
+        if r.packed {
+            PbRequestSlotsResponse {
+                status: StatusCode::Success.as_i32(),
+                packed_worker_resource: slot_reply::packed_worker_resources(placed, types),
+                ..Default::default()
+            }
+        } else {
+            PbRequestSlotsResponse {
+                status: StatusCode::Success.as_i32(),
+                worker_resource: slot_reply::worker_resources(placed, types),
+                ..Default::default()
+            }
         }
     }
-}
-
-/// A slot reply's workers: each placed worker (and spare) by unique id, with
-/// its primary and replica locations, every location linked to its peer (a
-/// primary's replica, a replica's primary). Every location is offered as HDD
-/// storage with the types the client asked for.
-fn worker_resources(
-    placed: Vec<(Candidate, Slots)>,
-    available_storage_types: i32,
-) -> std::collections::HashMap<String, PbWorkerResource> {
-    let storage = |types: i32| PbStorageInfo {
-        r#type: STORAGE_TYPE_HDD,
-        mount_point: String::new(),
-        final_result: false,
-        file_path: String::new(),
-        available_storage_types: types,
-        file_size: 0,
-        chunk_offsets: Vec::new(),
-    };
-    let location = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
-        PbPartitionLocation {
-            mode: mode as i32,
-            id,
-            epoch: 0,
-            host: a.host.clone(),
-            rpc_port: a.rpc_port,
-            push_port: a.push_port,
-            fetch_port: a.fetch_port,
-            replicate_port: a.replicate_port,
-            peer: None,
-            storage_info: Some(storage(available_storage_types)),
-            map_id_bitmap: Default::default(),
-        }
-    };
-    // Each primary's peer is its replica and each replica's its primary.
-    let mut primary_at = std::collections::HashMap::new();
-    let mut replica_at = std::collections::HashMap::new();
-    for (w, slots) in &placed {
-        for &id in &slots.primaries {
-            primary_at.insert(id, w.addr.clone());
-        }
-        for &id in &slots.replicas {
-            replica_at.insert(id, w.addr.clone());
-        }
-    }
-    let linked = |a: &super::worker::WorkerAddr, id: i32, mode: pb_partition_location::Mode| {
-        let mut loc = location(a, id, mode);
-        let (other, other_mode) = match mode {
-            pb_partition_location::Mode::Primary => {
-                (replica_at.get(&id), pb_partition_location::Mode::Replica)
-            }
-            pb_partition_location::Mode::Replica => {
-                (primary_at.get(&id), pb_partition_location::Mode::Primary)
-            }
-        };
-        loc.peer = other.map(|o| Box::new(location(o, id, other_mode)));
-        loc
-    };
-    let location = linked;
-    placed
-        .into_iter()
-        .map(|(w, slots)| {
-            let a = &w.addr;
-            let primary_partitions = slots
-                .primaries
-                .iter()
-                .map(|&id| location(a, id, pb_partition_location::Mode::Primary))
-                .collect();
-            let replica_partitions = slots
-                .replicas
-                .iter()
-                .map(|&id| location(a, id, pb_partition_location::Mode::Replica))
-                .collect();
-            (
-                a.unique_id(),
-                PbWorkerResource {
-                    primary_partitions,
-                    replica_partitions,
-                    // A driver's revive keeps replicas rack-aware with it.
-                    network_location: w.rack,
-                },
-            )
-        })
-        .collect()
 }
 
 impl MasterEndpoint {

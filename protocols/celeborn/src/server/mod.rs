@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod master;
 pub mod node;
 pub mod rpc;
+pub mod slot_reply;
 pub mod tags;
 pub mod worker;
 

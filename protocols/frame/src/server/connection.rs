@@ -34,7 +34,7 @@ use crate::log_limit::{self, LogLimiter};
 use crate::{
     FieldReader, FrameCodec, FrameMessage, Next, HEADER_LEN, MIN_DIRECT_READ, MIN_SPLIT_FRAME,
 };
-use switchyard_memory::{NetworkBytes, NodeMemory, Part, TooLarge};
+use switchyard_memory::{FairBytes, FairPool, Holder, NetworkBytes, NodeMemory, Part, TooLarge};
 
 /// Replies queued for one connection's socket. A handler that finds the queue full
 /// waits, holding its in-flight slot, so a client that does not read its replies stops
@@ -59,7 +59,7 @@ pub(super) static TIMEOUT_LOG: LogLimiter = log_limit::client_caused();
 #[derive(Debug)]
 pub struct HeldBytes {
     _connection: OwnedSemaphorePermit,
-    _shared: Option<OwnedSemaphorePermit>,
+    _shared: Option<FairBytes>,
     _node: NetworkBytes,
     _port: PortBytes,
 }
@@ -69,8 +69,12 @@ pub struct HeldBytes {
 /// counts them per port (the node's share counts them per protocol only).
 pub(super) struct Pools {
     pub(super) connection: Pool,
-    pub(super) protocol: Pool,
+    /// Shared with the protocol's other connections, which wait their turn by
+    /// what each holds (fair, not first come), as in the node's pools.
+    pub(super) protocol: FairPool,
     pub(super) node: Arc<NodeMemory>,
+    /// This connection, as the fair pools know it.
+    pub(super) holder: Holder,
     pub(super) port: metrics::Gauge,
 }
 
@@ -114,6 +118,7 @@ async fn take(
 ) -> Option<HeldBytes> {
     let connection = &pools.connection;
     let shared = shared.then_some(&pools.protocol);
+    let holder = pools.holder;
     let node = (&pools.node, part);
     let take = async {
         let c = connection
@@ -123,17 +128,10 @@ async fn take(
             .await
             .ok()?;
         let s = match shared {
-            Some(shared) => Some(
-                shared
-                    .semaphore
-                    .clone()
-                    .acquire_many_owned(shared.permits_for(bytes))
-                    .await
-                    .ok()?,
-            ),
+            Some(shared) => Some(shared.take(holder, bytes as u64).await),
             None => None,
         };
-        let n = node.0.take(node.1, bytes).await.ok()?;
+        let n = node.0.take(holder, node.1, bytes).await.ok()?;
         pools.port.increment(bytes as f64);
         Some(HeldBytes {
             _connection: c,
@@ -395,6 +393,8 @@ pub(super) async fn run<M, H>(
         metrics::gauge!(CONNECTION_MEMORY, "protocol" => labels.protocol, "port" => labels.port);
     let Stream { read, write } = stream;
     let closed = cancel.child_token();
+    // Its frames and replies wait their turn in the shared pools as one.
+    let holder = Holder::next();
     let outbox = Outbox::new(
         write,
         REPLY_QUEUE,
@@ -410,6 +410,7 @@ pub(super) async fn run<M, H>(
             connection: Pool::new(limits.max_reply_bytes_per_connection),
             protocol: budget.replies.clone(),
             node: budget.node.clone(),
+            holder,
             port: port_memory.clone(),
         }),
         alive: Arc::new(()),
@@ -425,6 +426,7 @@ pub(super) async fn run<M, H>(
             connection: Pool::new(limits.max_in_flight_bytes_per_connection),
             protocol: budget.incoming.clone(),
             node: budget.node.clone(),
+            holder,
             port: port_memory,
         },
         idle_timeout: limits.idle_timeout,

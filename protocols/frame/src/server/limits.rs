@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
-use switchyard_memory::NodeMemory;
+use switchyard_memory::{FairPool, NodeMemory};
 use tokio::sync::Semaphore;
 
 /// Limits of a protocol's frame ports, set per protocol (`[uniffle.connections]`,
@@ -156,8 +156,8 @@ pub enum LimitsError {
 /// several nodes).
 #[derive(Clone, Debug)]
 pub struct TransportBudget {
-    pub(super) incoming: Pool,
-    pub(super) replies: Pool,
+    pub(super) incoming: FairPool,
+    pub(super) replies: FairPool,
     pub(super) node: Arc<NodeMemory>,
 }
 
@@ -166,8 +166,8 @@ impl TransportBudget {
     /// other protocol.
     pub fn new(limits: &ConnectionLimits, node: Arc<NodeMemory>) -> Self {
         TransportBudget {
-            incoming: Pool::new(limits.max_in_flight_bytes),
-            replies: Pool::new(limits.max_reply_bytes),
+            incoming: FairPool::new(limits.max_in_flight_bytes.as_u64()),
+            replies: FairPool::new(limits.max_reply_bytes.as_u64()),
             node,
         }
     }
@@ -183,8 +183,9 @@ impl TransportBudget {
     }
 }
 
-/// A byte pool: a semaphore with one permit per byte, and its size. A request larger
-/// than the pool takes all of it.
+/// A connection's own byte pool: a semaphore with one permit per byte, and its size.
+/// A request larger than the pool takes all of it. (Pools shared between
+/// connections are [`FairPool`]s.)
 #[derive(Clone, Debug)]
 pub(super) struct Pool {
     pub(super) semaphore: Arc<Semaphore>,
@@ -204,9 +205,5 @@ impl Pool {
     /// The permits `bytes` take from this pool.
     pub(super) fn permits_for(&self, bytes: usize) -> u32 {
         (bytes.min(self.size as usize) as u32).max(1)
-    }
-
-    pub(super) fn in_use(&self) -> u64 {
-        u64::from(self.size) - self.semaphore.available_permits() as u64
     }
 }

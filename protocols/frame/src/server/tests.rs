@@ -244,6 +244,8 @@ struct TestHandler {
     unexpected: AtomicUsize,
     /// BigReply requests that got their reply room.
     reserved: AtomicUsize,
+    /// Ids of BigReply requests, in the order they got their room.
+    reserved_order: Mutex<Vec<u32>>,
 }
 
 impl TestHandler {
@@ -256,6 +258,7 @@ impl TestHandler {
             finished: Mutex::new(Vec::new()),
             unexpected: AtomicUsize::new(0),
             reserved: AtomicUsize::new(0),
+            reserved_order: Mutex::new(Vec::new()),
         }
     }
 }
@@ -300,6 +303,7 @@ impl Handler<Msg> for TestHandler {
                 return;
             };
             self.reserved.fetch_add(1, Ordering::SeqCst);
+            self.reserved_order.lock().unwrap().push(id);
             let body = Bytes::from(vec![7u8; arg as usize]);
             replier.send_reserved(Msg::Data { id, body }, bytes).await;
             return;
@@ -795,6 +799,57 @@ async fn small_replies_do_not_wait_behind_unread_chunks() {
         "a small reply waited behind other connections' unread chunks"
     );
     assert!(node.in_use(Part::Reply) <= 4 << 20);
+}
+
+#[tokio::test]
+async fn a_light_readers_chunk_goes_before_a_heavy_readers_queue() {
+    // A 2 MiB reply pool for the protocol; a heavy reader asks for 100
+    // chunks of 1 MiB and reads none for a while, so its connection (32 MiB
+    // of its own) queues some 30 of them for the protocol's pool.
+    let limits = ConnectionLimits {
+        max_reply_bytes: bytesize::ByteSize::mib(2),
+        ..ConnectionLimits::default()
+    };
+    let server = start_with(limits).await;
+    let mut heavy = Client::connect(server.addr).await;
+    let requests: Vec<Msg> = (0..100)
+        .map(|id| request(id, Op::BigReply, 0, 1 << 20))
+        .collect();
+    heavy.send(&requests).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = server.handler.reserved_order.lock().unwrap().len();
+    assert!(
+        before < 40,
+        "{before} chunks read for a reader that reads nothing"
+    );
+    // A light reader asks for one chunk; then the heavy one reads.
+    let mut light = Client::connect(server.addr).await;
+    light.send(&[request(1000, Op::BigReply, 0, 1 << 20)]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reading = tokio::spawn(async move {
+        let mut read = 0;
+        while read < 100 && data_reply(&mut heavy).await.is_some() {
+            read += 1;
+        }
+        read
+    });
+    let (id, body) = data_reply(&mut light)
+        .await
+        .expect("the light reader's chunk");
+    assert_eq!((id, body.len()), (1000, 1 << 20));
+    let order = server.handler.reserved_order.lock().unwrap().clone();
+    let ahead = order.iter().position(|&i| i == 1000).unwrap() - before;
+    // First come, first served, the heavy reader's whole queue would go
+    // first; by what each holds, the light reader's chunk is among the next.
+    assert!(
+        ahead <= 3,
+        "{ahead} of the heavy reader's chunks went first: {order:?}"
+    );
+    assert_eq!(
+        reading.await.unwrap(),
+        100,
+        "the heavy reader got every chunk"
+    );
 }
 
 #[tokio::test]
