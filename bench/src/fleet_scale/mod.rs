@@ -20,6 +20,7 @@
 
 pub mod coordinators;
 pub mod drivers;
+pub mod plot;
 pub mod report;
 pub mod workers;
 
@@ -98,6 +99,13 @@ pub struct FleetScaleArgs {
     /// Also write the table (markdown) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Run nothing: plot these runs' `--json` files (comma separated) into
+    /// `--svg`, against the number of workers.
+    #[arg(long, value_delimiter = ',')]
+    pub plot: Vec<PathBuf>,
+    /// Where `--plot` writes its SVG.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
 }
 
 impl FleetScaleArgs {
@@ -135,6 +143,11 @@ fn default_bin() -> anyhow::Result<PathBuf> {
 }
 
 pub async fn run(args: FleetScaleArgs) -> anyhow::Result<()> {
+    if !args.plot.is_empty() {
+        let out = args.svg.as_ref().context("--plot needs --svg")?;
+        std::fs::write(out, plot::svg(&args.plot)?)?;
+        return Ok(());
+    }
     let figures = simulate(&args).await?;
     let table = report::table(&figures);
     println!("{table}");
