@@ -30,6 +30,8 @@ fn args() -> FleetScaleArgs {
         dead_workers: Some(5),
         json: None,
         report: None,
+        plot: Vec::new(),
+        svg: None,
     }
 }
 

@@ -37,15 +37,17 @@ impl Run {
     }
 }
 
-/// A panel: its title and, per line (label), the value of a run.
-type Line = (String, Box<dyn Fn(&Run) -> Option<f64>>);
+/// A line's value for a run, if the run measured it.
+type Measure = Box<dyn Fn(&Run) -> Option<f64>>;
+/// A panel's line: its label and its value.
+type Line = (String, Measure);
 
 fn panels() -> Vec<(&'static str, Vec<Line>)> {
     let by_size = |protocol: &'static str| -> Vec<Line> {
         SIZES
             .iter()
             .map(|&n| {
-                let f: Box<dyn Fn(&Run) -> Option<f64>> = Box::new(move |r| r.p99(protocol, n));
+                let f: Measure = Box::new(move |r| r.p99(protocol, n));
                 (format!("{}k partitions", n / 1000), f)
             })
             .collect()
@@ -108,7 +110,7 @@ fn x_of(workers: f64) -> f64 {
 fn draw_panel(s: &mut String, left: f64, title: &str, lines: &[Line], runs: &[Run]) {
     let top = lines
         .iter()
-        .flat_map(|(_, f)| runs.iter().filter_map(|r| f(r)))
+        .flat_map(|(_, f)| runs.iter().filter_map(f))
         .fold(0.0f64, f64::max)
         .max(1e-9)
         * 1.1;

@@ -224,7 +224,7 @@ impl Lm {
         assert_eq!(pair.input_location_size, partitions);
         assert_eq!(locations.ids, (0..partitions).collect::<Vec<_>>());
         assert!(locations.modes.iter().all(|&m| m == 0), "all primaries");
-        assert_eq!(locations.worker_ids_set, [worker_id.clone()]);
+        assert_eq!(locations.worker_ids_set, std::slice::from_ref(worker_id));
         let rpc_port: i32 = worker_id.split(':').nth(1).unwrap().parse().unwrap();
         let worker = Connection::connect(addr(rpc_port)).await.unwrap();
         assert!(worker.verify(endpoint::WORKER).await.unwrap());
