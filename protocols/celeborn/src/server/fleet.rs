@@ -225,10 +225,10 @@ fn replica_targets(workers: &[Candidate], replicate: bool, rack_aware: bool) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn w(host: &str, free: u64, partitions: u64) -> Candidate {
+    pub(crate) fn w(host: &str, free: u64, partitions: u64) -> Candidate {
         Candidate {
             addr: WorkerAddr {
                 host: host.into(),
@@ -244,7 +244,7 @@ mod tests {
         }
     }
 
-    fn on(rack: &str, mut c: Candidate) -> Candidate {
+    pub(crate) fn on(rack: &str, mut c: Candidate) -> Candidate {
         c.rack = rack.into();
         c
     }

@@ -206,22 +206,11 @@ fn pack(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::fleet::tests::{on, w};
     use crate::server::fleet::{place, DEFAULT_RACK};
 
     fn worker(host: &str, rack: &str) -> Candidate {
-        Candidate {
-            addr: WorkerAddr {
-                host: host.into(),
-                rpc_port: 9100,
-                push_port: 9101,
-                fetch_port: 9102,
-                replicate_port: 9103,
-            },
-            free_memory: 1,
-            partitions: 0,
-            rack: rack.into(),
-            tags: Vec::new(),
-        }
+        on(rack, w(host, 1, 0))
     }
 
     /// A location as a client sees it: (worker unique id, partition id,
