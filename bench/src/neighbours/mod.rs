@@ -48,6 +48,9 @@ pub struct NeighboursArgs {
     /// `storage.disks.read_rate_limit`, per second.
     #[arg(long, default_value = "256MiB")]
     pub read_rate: ByteSize,
+    /// `storage.disks.min_free` of the node's data directory.
+    #[arg(long, default_value = "256MiB")]
+    pub min_free: ByteSize,
     /// The aggressor's protocol.
     #[arg(long, value_enum, default_value_t = Protocol::Celeborn)]
     pub aggressor: Protocol,
@@ -137,6 +140,10 @@ pub async fn run(args: NeighboursArgs) -> anyhow::Result<()> {
         memory: args.memory.as_u64(),
         write_rate: args.write_rate.as_u64(),
         read_rate: args.read_rate.as_u64(),
+        min_free: args.min_free.as_u64(),
+        // Every aggressor application at its full size at once, plus a
+        // margin for the victims' few tens of MB.
+        disk_need: args.apps as u64 * args.app_size.as_u64() + (256 << 20),
         root: args.dir.clone(),
     })
     .await?;

@@ -24,6 +24,11 @@ pub struct NodeOptions {
     /// `storage.disks.write_rate_limit` and `read_rate_limit`, bytes per second.
     pub write_rate: u64,
     pub read_rate: u64,
+    /// `storage.disks.min_free`, bytes: the default 2 GiB reserve would
+    /// refuse writes on a CI machine's small scratch disk.
+    pub min_free: u64,
+    /// Bytes the run will hold on the disk at most (beyond `min_free`).
+    pub disk_need: u64,
     /// Where its directory goes (a temporary directory when none).
     pub root: Option<PathBuf>,
 }
@@ -43,12 +48,14 @@ fn config_text(o: &NodeOptions, data: &Path) -> String {
     format!(
         "[node]\nhost = \"{ip}\"\n\n[log]\nlevel = \"info\"\n\n\
          [storage.memory]\ncapacity = {memory}\n\n\
-         [storage.disks]\ndirs = [\"{data}\"]\nwrite_rate_limit = {write}\nread_rate_limit = {read}\n",
+         [storage.disks]\ndirs = [\"{data}\"]\nwrite_rate_limit = {write}\nread_rate_limit = {read}\n\
+         min_free = {min_free}\n",
         ip = o.ip,
         memory = o.memory,
         data = data.display(),
         write = o.write_rate,
         read = o.read_rate,
+        min_free = o.min_free,
     )
 }
 
@@ -73,6 +80,7 @@ impl Node {
         };
         let data = dir.join("data");
         std::fs::create_dir_all(&data)?;
+        ensure_space(&data, o.min_free + o.disk_need)?;
         let config = dir.join("switchyard.toml");
         std::fs::write(&config, config_text(o, &data))?;
         let admin = SocketAddr::from((o.ip, 19990));
@@ -137,6 +145,24 @@ impl Drop for Node {
     }
 }
 
+/// Fails, naming the directory and the figures, when its filesystem has
+/// less room than the run needs: a full disk otherwise shows up later as
+/// a node that never gets ready.
+fn ensure_space(dir: &Path, need: u64) -> anyhow::Result<()> {
+    let st =
+        nix::sys::statvfs::statvfs(dir).with_context(|| format!("statvfs {}", dir.display()))?;
+    let available: u64 = st.blocks_available() * st.fragment_size();
+    ensure!(
+        available >= need,
+        "{} has {} MiB free; the run needs {} MiB (the aggressor's applications plus \
+         --min-free): give --dir on a larger disk",
+        dir.display(),
+        available >> 20,
+        need >> 20
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +175,8 @@ mod tests {
             memory: 256 << 20,
             write_rate: 64 << 20,
             read_rate: 128 << 20,
+            min_free: 64 << 20,
+            disk_need: 0,
             root: None,
         };
         let text = config_text(&o, Path::new("/tmp/x/data"));
@@ -161,6 +189,7 @@ mod tests {
         let disks = &v["storage"]["disks"];
         assert_eq!(disks["write_rate_limit"].as_integer(), Some(64 << 20));
         assert_eq!(disks["read_rate_limit"].as_integer(), Some(128 << 20));
+        assert_eq!(disks["min_free"].as_integer(), Some(64 << 20));
         assert_eq!(disks["dirs"][0].as_str(), Some("/tmp/x/data"));
     }
 }
