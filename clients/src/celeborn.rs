@@ -313,6 +313,18 @@ impl Connection {
         shuffle_key: &str,
         batches: &[(String, Bytes)],
     ) -> Result<Bytes> {
+        self.push_merged_as(Mode::Primary, shuffle_key, batches)
+            .await
+    }
+
+    /// As [`Connection::push_merged`], to the primary or (as a primary
+    /// worker forwards its pushes, on the replicate port) the replica copies.
+    pub async fn push_merged_as(
+        &self,
+        mode: Mode,
+        shuffle_key: &str,
+        batches: &[(String, Bytes)],
+    ) -> Result<Bytes> {
         let mut body = BytesMut::new();
         let mut offsets = Vec::new();
         for (_, b) in batches {
@@ -324,7 +336,7 @@ impl Connection {
             id,
             Message::PushMergedData(PushMergedData {
                 request_id: id,
-                mode: Mode::Primary,
+                mode,
                 shuffle_key: shuffle_key.into(),
                 partition_unique_ids: batches.iter().map(|(u, _)| u.clone()).collect(),
                 batch_offsets: offsets,

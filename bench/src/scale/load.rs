@@ -8,21 +8,42 @@ use std::net::SocketAddr;
 
 use anyhow::{ensure, Context};
 use bytes::Bytes;
+use switchyard_celeborn::frame::Mode;
 use switchyard_celeborn::proto::*;
 use switchyard_celeborn::TransportMessage;
 use switchyard_clients::celeborn::{batch, decode, parse_batches, Connection};
 use switchyard_clients::uniffle::{ClientBlock, ShuffleServer, Transport};
 use switchyard_uniffle::proto::{AppHeartBeatRequest, ShuffleServerId};
 
+use crate::flink::{buffer, control};
 use crate::lifecycle::{self, SlotRequest};
 
 /// Partitions per sendShuffleData or PushMergedData request when loading.
 const PER_REQUEST: usize = 500;
 
+/// How an application holds its partitions: the protocol, and for
+/// Celeborn the kind of location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     Uniffle,
+    /// Reduce partitions (Spark): merged pushes, CommitFiles.
     Celeborn,
+    /// Map partitions (Flink): one per map task, written in a region
+    /// (handshake, RegionStart, PushData, RegionFinish), read through a
+    /// credit stream.
+    CelebornMap,
+    /// Replicas the node holds for a primary on another worker: reserved
+    /// as replica locations and pushed on the replicate port, as that
+    /// worker forwards them.
+    CelebornReplica,
+}
+
+impl Protocol {
+    /// Whether its applications live on the Celeborn side (heartbeats,
+    /// removal, read probes).
+    pub fn is_celeborn(self) -> bool {
+        self != Protocol::Uniffle
+    }
 }
 
 /// One application the bench holds on the node.
@@ -50,6 +71,10 @@ impl Endpoints {
 
     pub fn fetch_addr(&self) -> anyhow::Result<SocketAddr> {
         lifecycle::worker_addr(&self.celeborn_worker, 2)
+    }
+
+    pub fn replicate_addr(&self) -> anyhow::Result<SocketAddr> {
+        lifecycle::worker_addr(&self.celeborn_worker, 3)
     }
 
     pub async fn uniffle(&self) -> anyhow::Result<ShuffleServer> {
@@ -105,14 +130,29 @@ fn unique_id(partition: i32) -> String {
     format!("{partition}-0")
 }
 
+/// Loads one application as its kind holds partitions.
+pub async fn load(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<()> {
+    match app.protocol {
+        Protocol::Uniffle => load_uniffle(ep, app).await,
+        Protocol::Celeborn | Protocol::CelebornReplica => load_celeborn(ep, app).await,
+        Protocol::CelebornMap => load_celeborn_map(ep, app).await,
+    }
+}
+
 /// Heartbeat, then per shuffle: RequestSlots, ReserveSlots, one merged push
-/// per few hundred partitions, CommitFiles.
+/// per few hundred partitions, CommitFiles. Replicas are pushed on the
+/// replicate port and committed as replicas.
 pub async fn load_celeborn(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<()> {
     let master = ep.master().await?;
     lifecycle::heartbeat(&master, &app.id).await?;
-    let push = Connection::connect(ep.push_addr()?).await?;
+    let replica = app.protocol == Protocol::CelebornReplica;
+    let (mode, port) = match replica {
+        true => (Mode::Replica, ep.replicate_addr()?),
+        false => (Mode::Primary, ep.push_addr()?),
+    };
+    let push = Connection::connect(port).await?;
     for shuffle in 0..app.shuffles {
-        reserve(&master, &app.id, shuffle, app.partitions).await?;
+        reserve_as(&master, &app.id, shuffle, app.partitions, app.protocol).await?;
         let key = switchyard_celeborn::ShuffleKey::new(&app.id, shuffle).to_string();
         let all: Vec<i32> = (0..app.partitions).collect();
         for chunk in all.chunks(PER_REQUEST) {
@@ -120,13 +160,97 @@ pub async fn load_celeborn(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<()> 
                 .iter()
                 .map(|&p| (unique_id(p), batch(0, 0, p, &payload(&app.id, shuffle, p))))
                 .collect();
-            let r = push.push_merged(&key, &batches).await?;
+            let r = push.push_merged_as(mode, &key, &batches).await?;
             // Empty, or one status byte per merged push: 0 is SUCCESS.
             ensure!(r.iter().all(|&b| b == 0), "PushMergedData answered {r:?}");
         }
-        commit(ep, &app.id, shuffle, &all).await?;
+        commit(ep, &app.id, shuffle, &all, replica).await?;
     }
     Ok(())
+}
+
+/// Sub-partitions of each map partition (its readers' parallelism).
+pub const MAP_SUBPARTITIONS: i32 = 8;
+
+/// The one record of map partition `p`: its payload in sub-partition
+/// `p % MAP_SUBPARTITIONS`, behind Flink's header.
+pub fn map_record(app: &str, shuffle: i32, p: i32) -> Bytes {
+    buffer(p % MAP_SUBPARTITIONS, 0, &payload(app, shuffle, p))
+}
+
+/// Map partitions written at once on one connection while loading.
+const MAP_IN_FLIGHT: usize = 32;
+
+/// Heartbeat, then per shuffle: map slots reserved, every map partition
+/// written as a Flink map task writes it (one region of one record), and
+/// all of them committed.
+pub async fn load_celeborn_map(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    let master = ep.master().await?;
+    lifecycle::heartbeat(&master, &app.id).await?;
+    let push = Connection::connect(ep.push_addr()?).await?;
+    for shuffle in 0..app.shuffles {
+        reserve_as(&master, &app.id, shuffle, app.partitions, app.protocol).await?;
+        let key = switchyard_celeborn::ShuffleKey::new(&app.id, shuffle).to_string();
+        futures::stream::iter(0..app.partitions)
+            .map(|p| write_map_partition(&push, &key, &app.id, shuffle, p))
+            .buffer_unordered(MAP_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let all: Vec<i32> = (0..app.partitions).collect();
+        commit(ep, &app.id, shuffle, &all, false).await?;
+    }
+    Ok(())
+}
+
+/// PushDataHandShake, RegionStart, one PushData, RegionFinish.
+async fn write_map_partition(
+    push: &Connection,
+    key: &str,
+    app: &str,
+    shuffle: i32,
+    p: i32,
+) -> anyhow::Result<()> {
+    let uid = unique_id(p);
+    let hs = PbPushDataHandShake {
+        mode: 0,
+        shuffle_key: key.to_string(),
+        partition_unique_id: uid.clone(),
+        attempt_id: 0,
+        num_partitions: MAP_SUBPARTITIONS,
+        buffer_size: 32 << 10,
+    };
+    control(
+        push,
+        TransportMessage::new(MessageType::PushDataHandShake, &hs),
+    )
+    .await?;
+    let start = PbRegionStart {
+        mode: 0,
+        shuffle_key: key.to_string(),
+        partition_unique_id: uid.clone(),
+        attempt_id: 0,
+        current_region_index: 0,
+        is_broadcast: false,
+    };
+    control(
+        push,
+        TransportMessage::new(MessageType::RegionStart, &start),
+    )
+    .await?;
+    let r = push.push(key, &uid, map_record(app, shuffle, p)).await?;
+    ensure!(r.is_empty(), "map push answered {r:?}");
+    let finish = PbRegionFinish {
+        mode: 0,
+        shuffle_key: key.to_string(),
+        partition_unique_id: uid,
+        attempt_id: 0,
+    };
+    control(
+        push,
+        TransportMessage::new(MessageType::RegionFinish, &finish),
+    )
+    .await
 }
 
 /// RequestSlots and ReserveSlots for `partitions` partitions of one shuffle.
@@ -136,13 +260,35 @@ pub async fn reserve(
     shuffle: i32,
     partitions: i32,
 ) -> anyhow::Result<String> {
+    reserve_as(master, app, shuffle, partitions, Protocol::Celeborn).await
+}
+
+/// RequestSlots, then ReserveSlots of those locations as `kind` holds
+/// them: reduce or map primaries, or (for replicas) the same locations
+/// reserved as replicas alone, as a primary worker's peer gets them.
+async fn reserve_as(
+    master: &Connection,
+    app: &str,
+    shuffle: i32,
+    partitions: i32,
+    kind: Protocol,
+) -> anyhow::Result<String> {
     let request = SlotRequest {
         partitions: (0..partitions).collect(),
         replicate: false,
         rack_aware: false,
-        map_partitions: false,
+        map_partitions: kind == Protocol::CelebornMap,
     };
-    let slots = lifecycle::request_shuffle_slots(master, app, shuffle, &request).await?;
+    let mut slots = lifecycle::request_shuffle_slots(master, app, shuffle, &request).await?;
+    if kind == Protocol::CelebornReplica {
+        for res in slots.worker_resource.values_mut() {
+            let mut primaries = std::mem::take(&mut res.primary_partitions);
+            for l in &mut primaries {
+                l.mode = Mode::Replica as i32;
+            }
+            res.replica_partitions = primaries;
+        }
+    }
     let reserved = lifecycle::reserve_shuffle_slots(app, shuffle, &slots, &request).await?;
     ensure!(
         reserved.len() == 1,
@@ -152,25 +298,34 @@ pub async fn reserve(
     Ok(reserved[0].0.clone())
 }
 
-async fn commit(ep: &Endpoints, app: &str, shuffle: i32, partitions: &[i32]) -> anyhow::Result<()> {
+async fn commit(
+    ep: &Endpoints,
+    app: &str,
+    shuffle: i32,
+    partitions: &[i32],
+    replica: bool,
+) -> anyhow::Result<()> {
     let ids: Vec<String> = partitions.iter().map(|&p| unique_id(p)).collect();
-    let c = lifecycle::commit_files(
-        &ep.celeborn_worker,
-        PbCommitFiles {
-            application_id: app.to_string(),
-            shuffle_id: shuffle,
-            primary_ids: ids.clone(),
-            map_attempts: vec![0],
-            epoch: 1,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let mut files = PbCommitFiles {
+        application_id: app.to_string(),
+        shuffle_id: shuffle,
+        map_attempts: vec![0],
+        epoch: 1,
+        ..Default::default()
+    };
+    match replica {
+        true => files.replica_ids = ids.clone(),
+        false => files.primary_ids = ids.clone(),
+    }
+    let c = lifecycle::commit_files(&ep.celeborn_worker, files).await?;
+    let committed = match replica {
+        true => c.committed_replica_ids.len(),
+        false => c.committed_primary_ids.len(),
+    };
     ensure!(
-        c.status == 0 && c.committed_primary_ids.len() == ids.len(),
-        "CommitFiles: status {}, {} of {} committed",
+        c.status == 0 && committed == ids.len(),
+        "CommitFiles: status {}, {committed} of {} committed",
         c.status,
-        c.committed_primary_ids.len(),
         ids.len()
     );
     Ok(())
@@ -181,14 +336,18 @@ pub struct Clients {
     pub uniffle: ShuffleServer,
     pub master: Connection,
     pub fetch: Connection,
+    /// The fetch connection's unsolicited frames (credit streams' data).
+    events: tokio::sync::mpsc::UnboundedReceiver<switchyard_celeborn::frame::Message>,
 }
 
 impl Clients {
     pub async fn connect(ep: &Endpoints) -> anyhow::Result<Clients> {
+        let fetch = Connection::connect(ep.fetch_addr()?).await?;
         Ok(Clients {
             uniffle: ep.uniffle().await?,
             master: ep.master().await?,
-            fetch: Connection::connect(ep.fetch_addr()?).await?,
+            events: fetch.subscribe(),
+            fetch,
         })
     }
 
@@ -204,16 +363,25 @@ impl Clients {
                     .await?;
                 Ok(())
             }
-            Protocol::Celeborn => lifecycle::heartbeat(&self.master, &app.id).await,
+            _ => lifecycle::heartbeat(&self.master, &app.id).await,
         }
     }
 
     /// Reads one partition back and checks its bytes.
     pub async fn read(&mut self, app: &HeldApp, shuffle: i32, p: i32) -> anyhow::Result<()> {
-        let want = payload(&app.id, shuffle, p);
-        let got = match app.protocol {
-            Protocol::Uniffle => self.read_uniffle(&app.id, shuffle, p).await?,
-            Protocol::Celeborn => self.read_celeborn(&app.id, shuffle, p).await?,
+        let (want, got) = match app.protocol {
+            Protocol::Uniffle => (
+                payload(&app.id, shuffle, p),
+                self.read_uniffle(&app.id, shuffle, p).await?,
+            ),
+            Protocol::Celeborn | Protocol::CelebornReplica => (
+                payload(&app.id, shuffle, p),
+                self.read_celeborn(app, shuffle, p).await?,
+            ),
+            Protocol::CelebornMap => (
+                map_record(&app.id, shuffle, p),
+                self.read_map(&app.id, shuffle, p).await?,
+            ),
         };
         ensure!(
             got == want,
@@ -221,6 +389,23 @@ impl Clients {
             app.id
         );
         Ok(())
+    }
+
+    /// A credit stream over the record's sub-partition of map partition `p`.
+    async fn read_map(&mut self, app: &str, shuffle: i32, p: i32) -> anyhow::Result<Bytes> {
+        let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
+        let sub = p % MAP_SUBPARTITIONS;
+        let file = format!("{}-0", unique_id(p));
+        let mut read = self
+            .fetch
+            .read_credit_stream(&mut self.events, &key, &file, (sub, sub), 2)
+            .await?;
+        ensure!(
+            read.records.len() == 1,
+            "{app} {shuffle}/{p}: {} records",
+            read.records.len()
+        );
+        Ok(read.records.remove(0))
     }
 
     /// getLocalShuffleIndex, then getLocalShuffleData of the whole file.
@@ -236,12 +421,19 @@ impl Clients {
     }
 
     /// OpenStream and the first chunk; the one batch's data.
-    async fn read_celeborn(&mut self, app: &str, shuffle: i32, p: i32) -> anyhow::Result<Bytes> {
+    async fn read_celeborn(
+        &mut self,
+        held: &HeldApp,
+        shuffle: i32,
+        p: i32,
+    ) -> anyhow::Result<Bytes> {
+        let app = held.id.as_str();
+        let mode = u8::from(held.protocol == Protocol::CelebornReplica);
         let open = TransportMessage::new(
             MessageType::OpenStream,
             &PbOpenStream {
                 shuffle_key: switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string(),
-                file_name: format!("{p}-0-0"),
+                file_name: format!("{p}-0-{mode}"),
                 start_index: 0,
                 end_index: i32::MAX,
                 ..Default::default()
@@ -269,7 +461,7 @@ impl Clients {
     pub async fn remove(&mut self, app: &HeldApp) -> anyhow::Result<()> {
         match app.protocol {
             Protocol::Uniffle => Ok(self.uniffle.unregister_app(&app.id).await?),
-            Protocol::Celeborn => lifecycle::application_lost(&self.master, &app.id).await,
+            _ => lifecycle::application_lost(&self.master, &app.id).await,
         }
     }
 }

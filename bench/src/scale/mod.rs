@@ -39,9 +39,15 @@ pub struct ScaleBenchArgs {
     /// The node's directory (config, data, log); removed and recreated.
     #[arg(long, default_value = "bench-scale")]
     pub dir: PathBuf,
-    /// Applications, half of each protocol.
+    /// Applications (with `--shape mixed`, half of each protocol).
     #[arg(long, default_value_t = 100)]
     pub apps: usize,
+    /// How the applications hold their partitions: `mixed` (Uniffle and
+    /// Celeborn reduce partitions, alternately), or every application one
+    /// shape: `uniffle`, `celeborn-reduce`, `celeborn-map` (Flink's map
+    /// partitions) or `celeborn-replica` (replicas held for another worker).
+    #[arg(long, value_enum, default_value_t = Shape::Mixed)]
+    pub shape: Shape,
     /// Shuffles per application.
     #[arg(long, default_value_t = 10)]
     pub shuffles: i32,
@@ -85,6 +91,33 @@ pub struct ScaleBenchArgs {
     pub plot: Vec<String>,
 }
 
+/// How the bench's applications hold their partitions.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Shape {
+    Mixed,
+    Uniffle,
+    CelebornReduce,
+    CelebornMap,
+    CelebornReplica,
+}
+
+impl Shape {
+    /// The protocol (and kind of location) of application `i`.
+    fn protocol(self, i: usize) -> Protocol {
+        match self {
+            Shape::Mixed if i.is_multiple_of(2) => Protocol::Uniffle,
+            Shape::Mixed => Protocol::Celeborn,
+            Shape::Uniffle => Protocol::Uniffle,
+            Shape::CelebornReduce => Protocol::Celeborn,
+            Shape::CelebornMap => Protocol::CelebornMap,
+            Shape::CelebornReplica => Protocol::CelebornReplica,
+        }
+    }
+}
+
 /// The figures at one level of partitions held.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Level {
@@ -120,6 +153,9 @@ pub struct Removal {
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Figures {
+    /// Absent in runs from before shapes (all of them mixed).
+    #[serde(default = "mixed")]
+    pub shape: Shape,
     pub apps: usize,
     pub shuffles: i32,
     pub partitions_per_shuffle: i32,
@@ -127,6 +163,10 @@ pub struct Figures {
     pub levels: Vec<Level>,
     pub restart: Restart,
     pub removal: Removal,
+}
+
+fn mixed() -> Shape {
+    Shape::Mixed
 }
 
 impl Figures {
@@ -164,14 +204,9 @@ fn check(args: &ScaleBenchArgs) -> anyhow::Result<usize> {
 }
 
 fn app(i: usize, args: &ScaleBenchArgs) -> HeldApp {
-    let protocol = if i.is_multiple_of(2) {
-        Protocol::Uniffle
-    } else {
-        Protocol::Celeborn
-    };
     HeldApp {
         id: format!("scale-{i:05}"),
-        protocol,
+        protocol: args.shape.protocol(i),
         shuffles: args.shuffles,
         partitions: args.partitions,
     }
@@ -207,8 +242,8 @@ pub async fn run(args: ScaleBenchArgs) -> anyhow::Result<()> {
         heartbeat: Duration::from_secs(args.node_heartbeat_secs),
     };
     println!(
-        "scale bench: {} apps x {} shuffles x {} partitions (half Uniffle, half Celeborn), levels {:?}",
-        args.apps, args.shuffles, args.partitions, args.levels
+        "scale bench: {} apps x {} shuffles x {} partitions, shape {:?}, levels {:?}",
+        args.apps, args.shuffles, args.partitions, args.shape, args.levels
     );
     let mut server = Server::start(&bin, &args.dir, &settings).await?;
     let ep = endpoints(&server).await?;
@@ -244,6 +279,7 @@ pub async fn run(args: ScaleBenchArgs) -> anyhow::Result<()> {
     let restart = restart(&mut server, &ep, &held, per_app).await?;
     let removal = remove(&server, &ep, &held, heartbeats, per_app, &args).await?;
     let figures = Figures {
+        shape: args.shape,
         apps: held.len(),
         shuffles: args.shuffles,
         partitions_per_shuffle: args.partitions,
@@ -338,11 +374,9 @@ async fn load_apps(ep: &Endpoints, apps: &[HeldApp], concurrency: usize) -> anyh
         async move {
             while let Some(i) = queue.take() {
                 let app = &apps[i as usize];
-                match app.protocol {
-                    Protocol::Uniffle => load::load_uniffle(&ep, app).await,
-                    Protocol::Celeborn => load::load_celeborn(&ep, app).await,
-                }
-                .with_context(|| format!("loading {}", app.id))?;
+                load::load(&ep, app)
+                    .await
+                    .with_context(|| format!("loading {}", app.id))?;
             }
             anyhow::Ok(())
         }
@@ -497,8 +531,9 @@ async fn remove(
 
 fn report(figures: &Figures, args: &ScaleBenchArgs) -> anyhow::Result<()> {
     println!(
-        "metadata RSS at {} partitions: {:.0} bytes per partition",
+        "metadata RSS at {} partitions of shape {:?}: {:.0} bytes per partition",
         figures.levels.last().map_or(0, |l| l.partitions),
+        figures.shape,
         figures.rss_per_partition()
     );
     let json = serde_json::to_string(figures)?;
@@ -543,6 +578,19 @@ mod tests {
     }
 
     #[test]
+    fn a_shape_gives_every_application_its_kind() {
+        for (shape, kind) in [
+            ("uniffle", Protocol::Uniffle),
+            ("celeborn-reduce", Protocol::Celeborn),
+            ("celeborn-map", Protocol::CelebornMap),
+            ("celeborn-replica", Protocol::CelebornReplica),
+        ] {
+            let a = args(&["--shape", shape]);
+            assert!((0..4).all(|i| app(i, &a).protocol == kind), "{shape}");
+        }
+    }
+
+    #[test]
     fn payloads_differ_per_partition() {
         assert_ne!(load::payload("a", 0, 1), load::payload("a", 0, 2));
         assert_eq!(load::payload("a", 0, 1).len(), 64);
@@ -559,6 +607,7 @@ mod tests {
             idle: IdleFigures::default(),
         };
         let figures = Figures {
+            shape: Shape::Mixed,
             apps: 100,
             shuffles: 10,
             partitions_per_shuffle: 1000,

@@ -76,10 +76,7 @@ pub async fn probe(
         .iter()
         .filter(|a| a.protocol == Protocol::Uniffle)
         .collect();
-    let celeborn: Vec<&HeldApp> = held
-        .iter()
-        .filter(|a| a.protocol == Protocol::Celeborn)
-        .collect();
+    let celeborn: Vec<&HeldApp> = held.iter().filter(|a| a.protocol.is_celeborn()).collect();
     let [up, ur, cp, cr]: [Latency; 4] = Default::default();
     let key = switchyard_celeborn::ShuffleKey::new(&probes.1.id, 1).to_string();
     let mut pick = Pick::new(samples as u64 * 7919 + held.len() as u64);

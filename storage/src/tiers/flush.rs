@@ -154,7 +154,7 @@ impl Flusher {
         for p in partitions {
             // Wait for a running flush; it sees `removed` and stops.
             let _guard = p.persist.lock().await;
-            let segments: Vec<Arc<Segment>> = std::mem::take(&mut *p.segments.write());
+            let segments: Box<[Arc<Segment>]> = std::mem::take(&mut *p.segments.write());
             for seg in segments {
                 self.durable.forget_segment(&seg).await;
             }
@@ -549,9 +549,11 @@ impl Flusher {
             if let Some(prev) = segs.last() {
                 prev.close();
             }
-            // Most partitions keep one segment: room for one, not four.
-            segs.reserve_exact(1);
-            segs.push(segment);
+            // A boxed slice, not a Vec: most partitions keep one segment,
+            // and the Vec's capacity word is 8 bytes of every partition.
+            let mut grown = std::mem::take(&mut *segs).into_vec();
+            grown.push(segment);
+            *segs = grown.into_boxed_slice();
         }
         Ok(())
     }

@@ -16,7 +16,8 @@ use crate::segment::Segment;
 pub(crate) struct Partition {
     key: PartitionKey,
     pub(super) buffer: Mutex<PartitionBuffer>,
-    pub(super) segments: RwLock<Vec<Arc<Segment>>>,
+    /// Its segments in stream order (a boxed slice: see `write_to`).
+    pub(super) segments: RwLock<Box<[Arc<Segment>]>>,
     /// Held while a flush writes: a partition's flushes are serialised, so its
     /// segments grow in the order its blocks arrived.
     pub(super) persist: tokio::sync::Mutex<()>,
@@ -196,7 +197,7 @@ impl Partition {
             key,
             tally,
             buffer: Mutex::new(PartitionBuffer::default()),
-            segments: RwLock::new(Vec::new()),
+            segments: RwLock::new(Box::default()),
             persist: tokio::sync::Mutex::new(()),
             flush_queued: AtomicBool::new(false),
             sealed: AtomicBool::new(false),
@@ -224,7 +225,7 @@ impl Partition {
         for s in &segments {
             p.tally.count_persisted(s.len(), s.disk().is_none());
         }
-        *p.segments.get_mut() = segments;
+        *p.segments.get_mut() = segments.into_boxed_slice();
         p
     }
 
@@ -257,7 +258,7 @@ impl Partition {
     }
 
     pub(crate) fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
-        self.segments.read().clone()
+        self.segments.read().to_vec()
     }
 
     /// Stages appended blocks in memory unless the partition was removed or
@@ -353,5 +354,19 @@ impl Partition {
             }
         }
         (disk, cold)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node holds a million of these (issue 43): each `Arc<Partition>`
+    /// allocation must stay within jemalloc's 160-byte size class (the next
+    /// is 192).
+    #[test]
+    fn a_partition_fits_the_160_byte_class() {
+        let arc = std::mem::size_of::<Partition>() + 2 * std::mem::size_of::<usize>();
+        assert!(arc <= 160, "Arc<Partition> is {arc} bytes");
     }
 }

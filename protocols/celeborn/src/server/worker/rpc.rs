@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::state::{map_note_name, ShuffleState, WorkerState};
+use super::state::{map_note_name, KeptReply, LocationKey, ShuffleState, WorkerState};
 use crate::modes::{PartitionType, SplitMode};
 use crate::proto::*;
 use crate::rpc::endpoint;
@@ -269,8 +269,9 @@ impl WorkerEndpoint {
         // fails. Failures are not kept, so a retry commits afresh.
         let cell = shuffle.commits.lock().entry(r.epoch).or_default().clone();
         let timeout = self.state.store.config().commit_timeout;
-        let commit = cell.get_or_init(|| self.do_commit(&shuffle, &r));
-        let Ok(reply) = tokio::time::timeout(timeout, commit).await else {
+        let commit =
+            cell.get_or_init(|| async { KeptReply::keep(&self.do_commit(&shuffle, &r).await) });
+        let Ok(kept) = tokio::time::timeout(timeout, commit).await else {
             return PbCommitFilesResponse {
                 status: StatusCode::CommitFileException.as_i32(),
                 failed_primary_ids: r.primary_ids.clone(),
@@ -278,10 +279,11 @@ impl WorkerEndpoint {
                 ..Default::default()
             };
         };
+        let reply = kept.reply();
         if !reply.failed_primary_ids.is_empty() || !reply.failed_replica_ids.is_empty() {
             shuffle.commits.lock().remove(&r.epoch);
         }
-        reply.clone()
+        reply
     }
 
     async fn do_commit(&self, shuffle: &ShuffleState, r: &PbCommitFiles) -> PbCommitFilesResponse {
@@ -393,11 +395,11 @@ impl WorkerEndpoint {
         };
         // The slots are released; their (normally empty) data goes with the
         // shuffle.
-        for uid in &r.primary_locations {
-            shuffle.locations.remove(&(uid.clone(), false));
-        }
-        for uid in &r.replica_location {
-            shuffle.locations.remove(&(uid.clone(), true));
+        let copies = [(&r.primary_locations, false), (&r.replica_location, true)];
+        for (uids, replica) in copies {
+            for key in uids.iter().filter_map(|u| LocationKey::parse(u, replica)) {
+                shuffle.locations.remove(&key);
+            }
         }
         self.state.publish_location_gauge();
         PbDestroyWorkerSlotsResponse {

@@ -120,6 +120,29 @@ pub fn parse_unique_id(uid: &str) -> Option<(i32, i32)> {
     Some((id.parse().ok()?, epoch.parse().ok()?))
 }
 
+/// A location's key within its shuffle: its unique id `"id-epoch"` parsed,
+/// and which copy. Twelve bytes inline, where the id as a `String` cost a
+/// heap allocation per location.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LocationKey {
+    pub id: i32,
+    pub epoch: i32,
+    pub replica: bool,
+}
+
+impl LocationKey {
+    /// None for an id that is not `"id-epoch"`: no location has it.
+    pub(crate) fn parse(uid: &str, replica: bool) -> Option<Self> {
+        let (id, epoch) = parse_unique_id(uid)?;
+        Some(LocationKey { id, epoch, replica })
+    }
+
+    /// The unique id as clients write it.
+    pub(crate) fn uid(&self) -> String {
+        format!("{}-{}", self.id, self.epoch)
+    }
+}
+
 /// One reserved location: a partition epoch, primary or replica.
 pub struct Location {
     pub key: PartitionKey,
@@ -127,8 +150,9 @@ pub struct Location {
     next_block: AtomicI64,
     pub committed: AtomicBool,
     /// A primary's replica: `host:replicatePort` of the peer worker, which
-    /// every push to it is forwarded to.
-    pub peer: parking_lot::RwLock<Option<String>>,
+    /// every push to it is forwarded to (an `Arc<str>`: each push takes a
+    /// copy, and it is 8 bytes smaller than a `String`).
+    pub peer: parking_lot::RwLock<Option<Arc<str>>>,
     /// A map partition's state (Flink), made at its first use: a reduce
     /// partition, nearly every location of a large node, never has one.
     map: std::sync::OnceLock<Box<MapState>>,
@@ -167,6 +191,22 @@ impl Location {
     }
 }
 
+/// A commit's reply kept for a repeated CommitFiles of its epoch, encoded:
+/// a shuffle's committed partitions stay in it as long as the shuffle does,
+/// and encoded each costs its id and storage info's few tens of bytes
+/// instead of their structs and map entries (some 250 bytes).
+pub struct KeptReply(bytes::Bytes);
+
+impl KeptReply {
+    pub(crate) fn keep(reply: &PbCommitFilesResponse) -> Self {
+        KeptReply(prost::Message::encode_to_vec(reply).into())
+    }
+
+    pub(crate) fn reply(&self) -> PbCommitFilesResponse {
+        prost::Message::decode(self.0.clone()).expect("a reply this worker encoded decodes")
+    }
+}
+
 pub struct ShuffleState {
     pub app: String,
     pub shuffle_id: i32,
@@ -175,10 +215,10 @@ pub struct ShuffleState {
     split_mode: AtomicU8,
     /// A [`PartitionType`], as set by the last ReserveSlots.
     partition_type: AtomicU8,
-    /// (unique id "id-epoch", replica) → location.
-    pub locations: DashMap<(String, bool), Arc<Location>>,
+    /// Its locations, by unique id and copy.
+    pub locations: DashMap<LocationKey, Arc<Location>>,
     /// Commit replies by commit epoch: a repeated CommitFiles gets the same answer.
-    pub commits: Mutex<HashMap<i64, Arc<tokio::sync::OnceCell<PbCommitFilesResponse>>>>,
+    pub commits: Mutex<HashMap<i64, Arc<tokio::sync::OnceCell<KeptReply>>>>,
     /// Successful attempt per map index from the last commit; -1 = unfinished.
     pub map_attempts: RwLock<Option<Vec<i32>>>,
     /// Hybrid-shuffle bytes of this shuffle counted as in memory.
@@ -192,9 +232,8 @@ impl ShuffleState {
     }
 
     pub(crate) fn location(&self, uid: &str, replica: bool) -> Option<Arc<Location>> {
-        self.locations
-            .get(&(uid.to_string(), replica))
-            .map(|l| l.clone())
+        let key = LocationKey::parse(uid, replica)?;
+        self.locations.get(&key).map(|l| l.clone())
     }
 
     pub(crate) fn add_location(
@@ -204,10 +243,10 @@ impl ShuffleState {
         replica: bool,
         peer: Option<String>,
     ) -> Arc<Location> {
-        let uid = format!("{id}-{epoch}");
+        let key = LocationKey { id, epoch, replica };
         let loc = self
             .locations
-            .entry((uid, replica))
+            .entry(key)
             .or_insert_with(|| {
                 Arc::new(Location {
                     key: PartitionKey::new(stored_app(&self.app), self.shuffle_id, id)
@@ -222,7 +261,7 @@ impl ShuffleState {
             })
             .clone();
         if peer.is_some() {
-            *loc.peer.write() = peer;
+            *loc.peer.write() = peer.map(Arc::from);
         }
         loc
     }
@@ -482,19 +521,19 @@ impl WorkerState {
                 continue;
             }
             for entry in s.locations.iter() {
-                let ((uid, replica), loc) = (entry.key(), entry.value());
+                let (key, loc) = (entry.key(), entry.value());
                 if loc.committed.load(Ordering::Acquire) {
                     continue;
                 }
                 let note = LiveNote {
-                    peer: loc.peer.read().clone(),
+                    peer: loc.peer.read().as_deref().map(str::to_string),
                     split_threshold: s.split_threshold.load(Ordering::Relaxed),
                     split_mode: s.split_mode(),
                 };
                 by_shuffle
                     .entry((s.app.clone(), s.shuffle_id))
                     .or_default()
-                    .push((live_note_name(uid, *replica), note.encode()));
+                    .push((live_note_name(&key.uid(), key.replica), note.encode()));
             }
         }
         let count: usize = by_shuffle.values().map(Vec::len).sum();
@@ -767,5 +806,29 @@ mod tests {
         assert_eq!(LiveNote::decode(b"peer\nnot a number\n0"), None);
         assert_eq!(LiveNote::decode(b"peer\n1\n0\nextra"), None);
         assert_eq!(LiveNote::decode(&[0xff, 0xfe]), None);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// A node holds a million locations (issue 43): each `Arc<Location>`
+    /// allocation must stay within jemalloc's 112-byte size class (the
+    /// next is 128), and a location's map key inline.
+    #[test]
+    fn a_location_fits_the_112_byte_class() {
+        let arc = std::mem::size_of::<Location>() + 2 * std::mem::size_of::<usize>();
+        assert!(arc <= 112, "Arc<Location> is {arc} bytes");
+        assert!(std::mem::size_of::<LocationKey>() <= 12);
+    }
+
+    #[test]
+    fn location_keys_parse_unique_ids_and_write_them_back() {
+        let k = LocationKey::parse("17-3", true).unwrap();
+        assert_eq!((k.id, k.epoch, k.replica), (17, 3, true));
+        assert_eq!(k.uid(), "17-3");
+        assert_eq!(LocationKey::parse("17", false), None);
+        assert_eq!(LocationKey::parse("a-1", false), None);
     }
 }
