@@ -135,10 +135,17 @@ impl Lifecycle {
 
     /// Forgets tombstones older than `retention_ms`; returns how many.
     pub(crate) fn prune(&self, now_ms: u64, retention_ms: u64) -> usize {
-        let before = self.tombstones.len();
-        self.tombstones
-            .retain(|_, t| now_ms.saturating_sub(t.removed_at_ms) < retention_ms);
-        before - self.tombstones.len()
+        // Counted as they go: a removal on another thread may add a
+        // tombstone meanwhile, so "length before minus length after" could
+        // go below zero (it did, in the soak, and the panic ended that
+        // node's expiry loop).
+        let mut pruned = 0;
+        self.tombstones.retain(|_, t| {
+            let keep = now_ms.saturating_sub(t.removed_at_ms) < retention_ms;
+            pruned += usize::from(!keep);
+            keep
+        });
+        pruned
     }
 
     pub(crate) fn tombstone_count(&self) -> usize {
@@ -189,5 +196,34 @@ mod tests {
         assert_eq!(l.prune(1_500, 1_000), 0);
         assert_eq!(l.prune(2_000, 1_000), 1);
         assert!(l.check_alive(&app, 3).is_ok());
+    }
+
+    /// Removals add tombstones while a prune runs (the soak's expiry loop
+    /// once died of "length before minus after" going below zero): every
+    /// tombstone is pruned once, and the count never exceeds what was added.
+    #[test]
+    fn prune_counts_while_removals_add_tombstones() {
+        let l = Arc::new(Lifecycle::default());
+        let adder = {
+            let l = l.clone();
+            std::thread::spawn(move || {
+                for i in 0..20_000 {
+                    let event = AppRemoved {
+                        app: AppId::from(format!("app-{i}")),
+                        reason: RemovalReason::Expired,
+                        shuffles: vec![0],
+                    };
+                    l.removed(&event, 0);
+                }
+            })
+        };
+        let mut pruned = 0;
+        while !adder.is_finished() {
+            pruned += l.prune(10, 1);
+        }
+        adder.join().unwrap();
+        pruned += l.prune(10, 1);
+        assert_eq!(pruned, 20_000);
+        assert_eq!(l.tombstone_count(), 0);
     }
 }

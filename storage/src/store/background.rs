@@ -4,7 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+
 use super::Store;
+
+/// Background checks (disk health, expiry) that panicked and went on.
+pub(crate) const BACKGROUND_PANICS: &str = "switchyard_background_panics_total";
 
 impl Store {
     pub(crate) fn start_background(self: &Arc<Self>) {
@@ -80,7 +85,16 @@ impl Store {
                     _ = tokio::time::sleep(interval) => {}
                 }
                 let Some(store) = weak.upgrade() else { return };
-                tick(store).await;
+                // A tick that panics is logged and the loop goes on: a node
+                // whose expiry loop ended once kept lapsed applications'
+                // files for good.
+                let ticked = std::panic::AssertUnwindSafe(tick(store)).catch_unwind();
+                if ticked.await.is_err() {
+                    metrics::counter!(BACKGROUND_PANICS).increment(1);
+                    tracing::error!(
+                        "a background check panicked; it runs again at its next interval"
+                    );
+                }
             }
         });
     }

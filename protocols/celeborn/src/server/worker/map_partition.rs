@@ -97,8 +97,9 @@ pub struct MapPartition {
     buffer_size: i32,
     open: Option<OpenRegion>,
     regions: Vec<Region>,
-    /// A hybrid producer's segments, from its first SEGMENT_START on.
-    segments: Option<Segments>,
+    /// A hybrid producer's segments, from its first SEGMENT_START on; boxed,
+    /// as the blocking shuffle's map partitions (most) never have them.
+    segments: Option<Box<Segments>>,
 }
 
 impl MapPartition {
@@ -183,7 +184,7 @@ impl MapPartition {
         }
         let count = self.num_sub_partitions;
         self.segments
-            .get_or_insert_with(|| Segments::new(count))
+            .get_or_insert_with(|| Box::new(Segments::new(count)))
             .start(sub, segment)
     }
 
