@@ -71,7 +71,10 @@ pub struct MemoryConfig {
     pub spill_check_interval: Duration,
     /// Cache of recently read index data: its bytes plus 256 bytes per
     /// entry, what moka and the key cost beside them (a small partition's
-    /// index is a single 40-byte record). Default 64 MiB.
+    /// index is a single 40-byte record). Default 16 MiB: a reduce task
+    /// reads a partition's index once, so the cache serves retries and
+    /// re-reads; at 64 MiB it was, full, some 300 bytes a partition of a
+    /// node holding 2x10^5.
     pub index_cache: ByteSize,
     /// Bytes that reads of persisted data may hold at once; further reads
     /// wait. Default 256 MiB.
@@ -98,7 +101,7 @@ impl Default for MemoryConfig {
             low_watermark: 0.25,
             single_buffer_threshold: ByteSize::mib(8),
             spill_check_interval: Duration::from_millis(200),
-            index_cache: ByteSize::mib(64),
+            index_cache: ByteSize::mib(16),
             read_capacity: ByteSize::mib(256),
             fair_share_from: 0.8,
             user_weights: Default::default(),
@@ -457,7 +460,7 @@ pub struct RecoveryConfig {
     /// default, 1 GiB, would let a manifest of a million partitions (some
     /// 300 MB) sit whole in the process after a start or a busy hour: the
     /// manifest is read once at start and written at commits, so a small
-    /// cache costs little. Default 32 MiB, at least 1 MiB.
+    /// cache costs little. Default 8 MiB, at least 1 MiB.
     pub cache_size: ByteSize,
 }
 
@@ -467,7 +470,7 @@ impl Default for RecoveryConfig {
             enabled: true,
             path: None,
             orphan_grace: Duration::from_secs(30),
-            cache_size: ByteSize::mib(32),
+            cache_size: ByteSize::mib(8),
         }
     }
 }

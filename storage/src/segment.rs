@@ -13,31 +13,65 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Where a segment's two files (or objects) are: `<stem>.data` and
-/// `<stem>.index`. One stem, not two paths: at a million partitions held,
-/// the second path was 100 MB.
+/// `<stem>.index`. The stem of a segment this store names is
+/// `<app>/<shuffle>/<partition stem>.<uid>` under its disk's directory or
+/// the cold prefix, derived when needed ([`crate::tiers::Durable::segment_files`])
+/// rather than kept: at a million partitions held, the kept stems were some
+/// 80 MB. A recovered segment named otherwise keeps its stem.
 #[derive(Debug, Clone)]
 pub(crate) enum SegmentLocation {
-    Disk { disk: usize, stem: Box<Path> },
-    Cold { stem: Box<str> },
+    Disk {
+        disk: usize,
+        stem: Option<Box<Path>>,
+    },
+    Cold {
+        stem: Option<Box<str>>,
+    },
 }
 
 impl SegmentLocation {
+    /// A new disk segment, named by the store.
+    pub(crate) fn new_disk(disk: usize) -> Self {
+        SegmentLocation::Disk { disk, stem: None }
+    }
+
+    /// A new cold segment, named by the store.
+    pub(crate) fn new_cold() -> Self {
+        SegmentLocation::Cold { stem: None }
+    }
+
     /// A disk segment whose files are `data` and `index`; None unless they
-    /// share a stem (as every segment this store names does).
-    pub(crate) fn disk_files(disk: usize, data: &Path, index: &Path) -> Option<Self> {
+    /// share a stem (as every segment this store names does). `named` is
+    /// the stem the store would give it: then none is kept.
+    pub(crate) fn disk_files(disk: usize, data: &Path, index: &Path, named: &Path) -> Option<Self> {
         let stem = data.to_str()?.strip_suffix(".data")?;
         (index.to_str()? == format!("{stem}.index")).then(|| SegmentLocation::Disk {
             disk,
-            stem: Path::new(stem).into(),
+            stem: (Path::new(stem) != named).then(|| Path::new(stem).into()),
         })
     }
 
     /// A cold segment whose objects are `data` and `index`; None unless they
-    /// share a stem.
-    pub(crate) fn cold_objects(data: &str, index: &str) -> Option<Self> {
+    /// share a stem. `named` as for [`SegmentLocation::disk_files`].
+    pub(crate) fn cold_objects(data: &str, index: &str, named: Option<&str>) -> Option<Self> {
         let stem = data.strip_suffix(".data")?;
-        (index == format!("{stem}.index")).then(|| SegmentLocation::Cold { stem: stem.into() })
+        (index == format!("{stem}.index")).then(|| SegmentLocation::Cold {
+            stem: (Some(stem) != named).then(|| stem.into()),
+        })
     }
+}
+
+/// A segment's data and index files (or objects), named in full.
+pub(crate) enum SegmentFiles {
+    Disk {
+        disk: usize,
+        data: PathBuf,
+        index: PathBuf,
+    },
+    Cold {
+        data: String,
+        index: String,
+    },
 }
 
 /// A disk segment's data and index files.
@@ -152,5 +186,40 @@ impl Segment {
             SegmentLocation::Disk { disk, .. } => Some(disk),
             SegmentLocation::Cold { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recovered_stem_is_kept_only_when_the_store_would_name_it_otherwise() {
+        let named = Path::new("/d/a/0/3-0-p.7");
+        let (data, index) = disk_files(named);
+        let ours = SegmentLocation::disk_files(1, &data, &index, named).unwrap();
+        assert!(matches!(
+            ours,
+            SegmentLocation::Disk {
+                disk: 1,
+                stem: None
+            }
+        ));
+        let (data, index) = disk_files(Path::new("/d/old/0/3-0-p.7"));
+        let other = SegmentLocation::disk_files(1, &data, &index, named).unwrap();
+        match other {
+            SegmentLocation::Disk { stem: Some(s), .. } => {
+                assert_eq!(&*s, Path::new("/d/old/0/3-0-p.7"))
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(SegmentLocation::disk_files(1, &data, Path::new("/d/x.index"), named).is_none());
+        let cold = SegmentLocation::cold_objects("p/a/0/1.data", "p/a/0/1.index", Some("p/a/0/1"));
+        assert!(matches!(cold, Some(SegmentLocation::Cold { stem: None })));
+        let moved = SegmentLocation::cold_objects("q/a/0/1.data", "q/a/0/1.index", Some("p/a/0/1"));
+        assert!(matches!(
+            moved,
+            Some(SegmentLocation::Cold { stem: Some(_) })
+        ));
     }
 }

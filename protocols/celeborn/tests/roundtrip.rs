@@ -496,6 +496,68 @@ async fn spark_sequence_push_commit_read() {
     assert_eq!(env.store.status().tiers.disk, 0);
 }
 
+/// A committed reduce location is forgotten by the worker (its bytes stay in
+/// the store): small partitions get their one chunk without an index read,
+/// a later commit of another epoch reports them again with the same sizes,
+/// pushes to them are refused as before and reads still find every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_locations_are_dropped_and_committed_again_by_a_new_epoch() {
+    let env = start(16 << 20, 64 << 10).await;
+    let (app, shuffle) = ("app-dropped", 0);
+    let lm = Lm::start(&env, app, shuffle, 3, 1 << 30, 0).await;
+    let key = switchyard_celeborn::ShuffleKey::new(app, shuffle).to_string();
+    let worker = env.node.addrs.worker.as_ref().unwrap();
+    let push = Connection::connect(addr(worker.push_port)).await.unwrap();
+    // Partition 0: one small batch; partition 1: 300 KiB, several chunks;
+    // partition 2: nothing.
+    let r = push
+        .push(&key, "0-0", batch(0, 0, 1, &data(0, 1, 100)))
+        .await;
+    assert!(r.unwrap().is_empty());
+    for b in 0..10 {
+        let r = push.push(&key, "1-0", batch(0, 0, 10 + b, &data(0, 10 + b, 30 << 10)));
+        assert!(r.await.unwrap().is_empty());
+    }
+    let ids: Vec<String> = (0..3).map(|p| format!("{p}-0")).collect();
+    assert_eq!(env.node.worker.live_locations(), 3);
+    let first = lm.commit(shuffle, ids.clone(), 1, 1).await;
+    assert_eq!(first.status, 0);
+    assert_eq!(env.node.worker.live_locations(), 0, "committed: dropped");
+    assert_eq!(first.committed_primary_ids, vec!["0-0", "1-0"]);
+    let small = &first.committed_primary_storage_infos["0-0"];
+    assert_eq!(small.chunk_offsets, vec![0, small.file_size]);
+    assert_eq!(small.file_size, 16 + 100, "header and body");
+    let large = &first.committed_primary_storage_infos["1-0"];
+    assert!(large.chunk_offsets.len() > 2, "{:?}", large.chunk_offsets);
+    assert_eq!(*large.chunk_offsets.last().unwrap(), large.file_size);
+
+    // Another epoch names the same ids: the same files, committed again.
+    let second = lm.commit(shuffle, ids.clone(), 1, 2).await;
+    assert_eq!(second.committed_primary_ids, first.committed_primary_ids);
+    assert_eq!(
+        second.committed_primary_storage_infos,
+        first.committed_primary_storage_infos
+    );
+    assert_eq!(second.total_written, first.total_written);
+
+    // A late push: the map ended (as for any committed location).
+    let r = push
+        .push(&key, "0-0", batch(0, 0, 99, b"late"))
+        .await
+        .unwrap();
+    assert_eq!(&r[..], &[StatusCode::MapEnded.value()]);
+    let fetch = Connection::connect(addr(worker.fetch_port)).await.unwrap();
+    let files = vec!["0-0-0".to_string(), "1-0-0".to_string()];
+    let all = read_all(&fetch, &key, &files, 0, i32::MAX).await;
+    assert_eq!(all[0].len(), 1);
+    assert_eq!(&all[0][0].3[..], &data(0, 1, 100)[..]);
+    let batch_ids: Vec<i32> = all[1].iter().map(|b| b.2).collect();
+    assert_eq!(batch_ids, (10..20).collect::<Vec<_>>());
+    for (map, _, batch_id, bytes) in &all[1] {
+        assert_eq!(&bytes[..], &data(*map, *batch_id, bytes.len())[..]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_thresholds_answer_soft_and_hard_split() {
     let env = start(16 << 20, 1 << 20).await;

@@ -367,7 +367,14 @@ impl Apps {
             dashmap::Entry::Vacant(v) => {
                 self.quotas.check_new_partition(&key.app, &app.tally)?;
                 app.tally.count_partition();
-                v.insert(Arc::new(Partition::new(key.clone(), app.tally.clone())))
+                // The application's own id, not the caller's copy: a
+                // front end that builds a key per request would otherwise
+                // leave a separate allocation of it in every partition.
+                let key = PartitionKey {
+                    app: app.id().clone(),
+                    ..key.clone()
+                };
+                v.insert(Arc::new(Partition::new(key, app.tally.clone())))
                     .clone()
             }
         };
@@ -409,12 +416,12 @@ impl Apps {
     pub(crate) fn restore_partition(
         &self,
         key: &PartitionKey,
-        build: impl FnOnce(Arc<crate::tiers::partition::AppTally>) -> Partition,
+        build: impl FnOnce(AppId, Arc<crate::tiers::partition::AppTally>) -> Partition,
     ) -> bool {
         let Some(app) = self.get(&key.app) else {
             return false;
         };
-        let p = build(app.tally.clone());
+        let p = build(app.id().clone(), app.tally.clone());
         app.tally.count_recovered(p.received_bytes());
         if p.has_segments() {
             app.tally.count_durable_partition();

@@ -32,7 +32,7 @@ use crate::block::INDEX_RECORD_LEN;
 use crate::config::StoreConfig;
 use crate::error::{Result, StorageError};
 use crate::id::{AppId, PartitionKey};
-use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
+use crate::segment::{Segment, SegmentFiles, SegmentLocation};
 use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
 
@@ -223,7 +223,7 @@ impl Recovery {
             let segments: Vec<SegmentEntry> = p
                 .segments_snapshot()
                 .iter()
-                .map(|s| segment_entry(s, durable))
+                .filter_map(|s| segment_entry(p.key(), s, durable))
                 .collect();
             if segments.is_empty() {
                 continue;
@@ -299,12 +299,13 @@ impl Recovery {
     }
 }
 
-fn segment_entry(s: &Segment, durable: &Durable) -> SegmentEntry {
+/// A segment's manifest entry; None only for a cold segment of a store
+/// without a cold tier, which no store has.
+fn segment_entry(key: &PartitionKey, s: &Segment, durable: &Durable) -> Option<SegmentEntry> {
     let extent = s.extent();
-    let at = match &s.location {
-        SegmentLocation::Disk { disk, stem } => {
-            let dir = durable.disk_dir(*disk);
-            let (data, index) = disk_files(stem);
+    let at = match durable.segment_files(key, s).ok()? {
+        SegmentFiles::Disk { disk, data, index } => {
+            let dir = durable.disk_dir(disk);
             let rel = |p: PathBuf| p.strip_prefix(dir).map(Path::to_path_buf).unwrap_or(p);
             Place::Disk {
                 dir: dir.to_path_buf(),
@@ -312,18 +313,15 @@ fn segment_entry(s: &Segment, durable: &Durable) -> SegmentEntry {
                 index: rel(index),
             }
         }
-        SegmentLocation::Cold { stem } => {
-            let (data, index) = cold_objects(stem);
-            Place::Cold { data, index }
-        }
+        SegmentFiles::Cold { data, index } => Place::Cold { data, index },
     };
-    SegmentEntry {
+    Some(SegmentEntry {
         uid: s.uid,
         start: s.logical_start,
         len: extent.len,
         records: extent.records,
         at,
-    }
+    })
 }
 
 /// A recorded partition's segments, each checked against its file.
@@ -350,12 +348,11 @@ fn restore_partitions(
     durable: &Durable,
 ) -> Restored {
     let dirs = durable.dir_indexes();
-    let has_cold = durable.cold().is_some();
     let chunk = partitions.len().div_ceil(RESTORE_THREADS).max(1);
     std::thread::scope(|scope| {
         let workers: Vec<_> = partitions
             .chunks(chunk)
-            .map(|part| scope.spawn(|| restore_chunk(part, apps, durable, &dirs, has_cold)))
+            .map(|part| scope.spawn(|| restore_chunk(part, apps, durable, &dirs)))
             .collect();
         workers.into_iter().fold(Restored::default(), |mut all, w| {
             let r = w.join().expect("restore thread panicked");
@@ -373,18 +370,19 @@ fn restore_chunk(
     apps: &Apps,
     durable: &Durable,
     dirs: &HashMap<&Path, usize>,
-    has_cold: bool,
 ) -> Restored {
     let mut out = Restored::default();
     for (key, entry) in partitions {
         let recorded: u64 = entry.segments.iter().map(|s| s.len).sum();
         let restored = apps.contains(&key.app)
-            && match rebuild_segments(entry, dirs, has_cold) {
-                Ok(segments) => apps.restore_partition(key, |tally| {
+            && match rebuild_segments(key, entry, dirs, durable) {
+                Ok(segments) => apps.restore_partition(key, |app, tally| {
                     for s in &segments {
                         durable.count_recovered(s);
                     }
-                    Partition::recovered(key.clone(), tally, entry.sealed, segments)
+                    // Keyed by the application's one id (see partition_or_create).
+                    let key = PartitionKey { app, ..key.clone() };
+                    Partition::recovered(key, tally, entry.sealed, segments)
                 }),
                 Err(why) => {
                     tracing::warn!(partition = %key, why = %why, "recorded partition not recovered");
@@ -403,9 +401,10 @@ fn restore_chunk(
 }
 
 fn rebuild_segments(
+    key: &PartitionKey,
     entry: &PartitionEntry,
     dirs: &HashMap<&Path, usize>,
-    has_cold: bool,
+    durable: &Durable,
 ) -> std::result::Result<Vec<Arc<Segment>>, Unrecoverable> {
     let mut out = Vec::with_capacity(entry.segments.len());
     let mut expected_start = 0;
@@ -426,14 +425,16 @@ fn rebuild_segments(
                 let (data, index) = (dir.join(data), dir.join(index));
                 check_len(&data, s.len)?;
                 check_len(&index, s.records * INDEX_RECORD_LEN as u64)?;
-                SegmentLocation::disk_files(disk, &data, &index)
+                let named = durable.disk_stem(disk, key, s.uid);
+                SegmentLocation::disk_files(disk, &data, &index, &named)
                     .ok_or(Unrecoverable::Names(s.uid))?
             }
             Place::Cold { data, index } => {
-                if !has_cold {
+                let Some(named) = durable.cold_stem(key, s.uid) else {
                     return Err(Unrecoverable::NoColdTier);
-                }
-                SegmentLocation::cold_objects(data, index).ok_or(Unrecoverable::Names(s.uid))?
+                };
+                SegmentLocation::cold_objects(data, index, Some(&named))
+                    .ok_or(Unrecoverable::Names(s.uid))?
             }
         };
         let seg = Segment::new(s.uid, location, s.start);

@@ -5,11 +5,10 @@
 //! clock, so "created before this open" needs no clock on the file.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::id::path_component;
-use crate::segment::{cold_objects, disk_files, SegmentLocation};
 use crate::tiers::partition::Partition;
 use crate::tiers::Durable;
 
@@ -21,28 +20,22 @@ pub(crate) async fn sweep_orphans(
     live_apps: Vec<String>,
     durable: &Durable,
 ) -> Swept {
-    let mut owned_files: HashSet<PathBuf> = HashSet::new();
-    let mut owned_objects: HashSet<String> = HashSet::new();
-    for p in partitions {
-        for s in p.segments_snapshot() {
-            match &s.location {
-                SegmentLocation::Disk { stem, .. } => {
-                    let (data, index) = disk_files(stem);
-                    owned_files.insert(data);
-                    owned_files.insert(index);
-                }
-                SegmentLocation::Cold { stem } => {
-                    let (data, index) = cold_objects(stem);
-                    owned_objects.insert(data);
-                    owned_objects.insert(index);
-                }
-            }
-        }
-    }
-    let live_dirs: HashSet<String> = live_apps.iter().map(|a| path_component(a)).collect();
+    // Segments are known by their uids (unique per store, and in their file
+    // and object names), and only those created before this open can be
+    // orphans: the set is 8 bytes a recovered segment, where the paths of
+    // both its files were some 300.
     let before = durable.first_uid();
-    let mut swept = sweep_disks(durable, &owned_files, &live_dirs, before).await;
-    swept.add(sweep_cold(durable, &owned_objects, before).await);
+    let owned: HashSet<u64> = partitions
+        .iter()
+        .flat_map(|p| p.segments_snapshot())
+        .map(|s| s.uid)
+        .filter(|&uid| uid < before)
+        .collect();
+    drop(partitions);
+    let live_dirs: HashSet<String> = live_apps.iter().map(|a| path_component(a)).collect();
+    let owned = Arc::new(owned);
+    let mut swept = sweep_disks(durable, &owned, &live_dirs, before).await;
+    swept.add(sweep_cold(durable, &owned, before).await);
     metrics::counter!("switchyard_orphan_files_removed_total").increment(swept.files);
     metrics::counter!("switchyard_orphan_bytes_removed_total").increment(swept.bytes);
     let (files, bytes, errors) = (swept.files, swept.bytes, swept.errors);
@@ -54,14 +47,14 @@ pub(crate) async fn sweep_orphans(
 
 async fn sweep_disks(
     durable: &Durable,
-    owned_files: &HashSet<PathBuf>,
+    owned: &Arc<HashSet<u64>>,
     live_dirs: &HashSet<String>,
     before: u64,
 ) -> Swept {
     let mut out = Swept::default();
     for dir in durable.dirs() {
         let root = dir.to_path_buf();
-        let owned = owned_files.clone();
+        let owned = owned.clone();
         let live = live_dirs.clone();
         let swept =
             tokio::task::spawn_blocking(move || sweep_dir(&root, &owned, &live, before)).await;
@@ -76,7 +69,7 @@ async fn sweep_disks(
     out
 }
 
-async fn sweep_cold(durable: &Durable, owned_objects: &HashSet<String>, before: u64) -> Swept {
+async fn sweep_cold(durable: &Durable, owned: &HashSet<u64>, before: u64) -> Swept {
     let mut out = Swept::default();
     let Some(cold) = durable.cold() else {
         return out;
@@ -84,8 +77,7 @@ async fn sweep_cold(durable: &Durable, owned_objects: &HashSet<String>, before: 
     match cold.list_with_sizes("").await {
         Ok(objects) => {
             for (path, len) in objects {
-                let created_before = segment_uid(&path).is_some_and(|uid| uid < before);
-                if !created_before || owned_objects.contains(&path) {
+                if !is_orphan(&path, owned, before) {
                     continue;
                 }
                 match cold.delete(&path, len).await {
@@ -117,6 +109,12 @@ fn segment_uid(path: &str) -> Option<u64> {
     rest.rsplit_once('.')?.1.parse().ok()
 }
 
+/// Whether a file or object is a segment's, created before this open
+/// (`before`), that no partition owns.
+fn is_orphan(name: &str, owned: &HashSet<u64>, before: u64) -> bool {
+    segment_uid(name).is_some_and(|uid| uid < before && !owned.contains(&uid))
+}
+
 /// What a sweep removed.
 #[derive(Default)]
 pub(crate) struct Swept {
@@ -137,7 +135,7 @@ impl Swept {
 /// before `before` that are not owned, then empty shuffle and app dirs of
 /// apps not live. Anything else (the manifest's `.switchyard`, foreign
 /// files) is left alone.
-fn sweep_dir(root: &Path, owned: &HashSet<PathBuf>, live: &HashSet<String>, before: u64) -> Swept {
+fn sweep_dir(root: &Path, owned: &HashSet<u64>, live: &HashSet<String>, before: u64) -> Swept {
     let mut out = Swept::default();
     let Ok(apps) = std::fs::read_dir(root) else {
         return out;
@@ -157,8 +155,7 @@ fn sweep_dir(root: &Path, owned: &HashSet<PathBuf>, live: &HashSet<String>, befo
             for f in files.flatten() {
                 let path = f.path();
                 let fname = f.file_name().to_string_lossy().into_owned();
-                let created_before = segment_uid(&fname).is_some_and(|uid| uid < before);
-                if !created_before || owned.contains(&path) {
+                if !is_orphan(&fname, owned, before) {
                     continue;
                 }
                 let len = f.metadata().map(|m| m.len()).unwrap_or(0);

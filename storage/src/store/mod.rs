@@ -58,6 +58,8 @@ pub struct PartitionStats {
     pub cold_bytes: u64,
     pub received_bytes: u64,
     pub received_blocks: u64,
+    /// Persisted segments (files or objects) holding its flushed bytes.
+    pub segments: usize,
 }
 
 pub struct Store {
@@ -588,6 +590,7 @@ impl Store {
                     cold_bytes,
                     received_bytes: p.received_bytes(),
                     received_blocks: p.received_blocks(),
+                    segments: p.segment_count(),
                 }
             }
             None => PartitionStats::default(),

@@ -21,8 +21,8 @@ use crate::config::StoreConfig;
 use crate::counters::Counters;
 use crate::error::{clone_error, Result, StorageError};
 use crate::fault::DiskFaults;
-use crate::id::path_component;
-use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
+use crate::id::{path_component, PartitionKey};
+use crate::segment::{cold_objects, disk_files, Segment, SegmentFiles, SegmentLocation};
 use crate::tiers::partition::Partition;
 
 /// A partition's index as Uniffle serves it: 40-byte records in data order,
@@ -174,9 +174,7 @@ impl Durable {
     }
 
     pub(crate) fn cold_tier(&self) -> Result<&Arc<ColdTier>> {
-        self.cold
-            .as_ref()
-            .ok_or_else(|| StorageError::Config("no cold tier configured".into()))
+        self.cold.as_ref().ok_or_else(no_cold_tier)
     }
 
     pub(crate) fn next_segment_uid(&self) -> u64 {
@@ -205,6 +203,53 @@ impl Durable {
 
     pub(crate) fn disk_dir(&self, disk: usize) -> &Path {
         &self.disks[disk].dir
+    }
+
+    /// The stem this store names a disk segment of `key` by:
+    /// `<dir>/<app>/<shuffle>/<partition stem>.<uid>`.
+    pub(crate) fn disk_stem(&self, disk: usize, key: &PartitionKey, uid: u64) -> PathBuf {
+        self.disk_dir(disk)
+            .join(shuffle_rel(&key.app, key.shuffle))
+            .join(format!("{}.{uid}", key.file_stem()))
+    }
+
+    /// The stem this store names a cold segment of `key` by (None without
+    /// a cold tier): `[<prefix>/]<app>/<shuffle>/<partition stem>.<uid>`.
+    pub(crate) fn cold_stem(&self, key: &PartitionKey, uid: u64) -> Option<String> {
+        let rel = shuffle_rel(&key.app, key.shuffle);
+        let cold = self.cold.as_ref()?;
+        Some(cold.path(&format!(
+            "{}/{}.{uid}",
+            rel.to_string_lossy(),
+            key.file_stem()
+        )))
+    }
+
+    /// The files or objects of `seg`, a segment of `key`'s partition.
+    pub(crate) fn segment_files(&self, key: &PartitionKey, seg: &Segment) -> Result<SegmentFiles> {
+        Ok(match &seg.location {
+            SegmentLocation::Disk { disk, stem } => {
+                let (data, index) = match stem {
+                    Some(stem) => disk_files(stem),
+                    None => disk_files(&self.disk_stem(*disk, key, seg.uid)),
+                };
+                SegmentFiles::Disk {
+                    disk: *disk,
+                    data,
+                    index,
+                }
+            }
+            SegmentLocation::Cold { stem } => {
+                let (data, index) = match stem {
+                    Some(stem) => cold_objects(stem),
+                    None => {
+                        let stem = self.cold_stem(key, seg.uid);
+                        cold_objects(&stem.ok_or_else(no_cold_tier)?)
+                    }
+                };
+                SegmentFiles::Cold { data, index }
+            }
+        })
     }
 
     /// Counts a segment found at recovery in its tier's stored bytes.
@@ -272,7 +317,7 @@ impl Durable {
             if extent.records == 0 {
                 continue;
             }
-            let raw = self.segment_index(seg, extent.records).await?;
+            let raw = self.segment_index(p.key(), seg, extent.records).await?;
             data_len = seg.logical_start + extent.len;
             parts.push((seg.logical_start, raw));
         }
@@ -294,22 +339,20 @@ impl Durable {
     }
 
     /// A segment's first `records` index records, through the index cache.
-    async fn segment_index(&self, seg: &Arc<Segment>, records: u64) -> Result<Bytes> {
+    async fn segment_index(
+        &self,
+        key: &PartitionKey,
+        seg: &Arc<Segment>,
+        records: u64,
+    ) -> Result<Bytes> {
         let len = records * INDEX_RECORD_LEN as u64;
-        let seg2 = seg.clone();
         let load = async move {
-            match &seg2.location {
-                SegmentLocation::Disk { disk, stem } => {
-                    let (_, index) = disk_files(stem);
-                    self.disks[*disk]
-                        .read(index.clone(), 0, len)
-                        .await
-                        .map_err(|e| StorageError::io(&index, e))
-                }
-                SegmentLocation::Cold { stem } => {
-                    let (_, index) = cold_objects(stem);
-                    self.cold_tier()?.read(&index, 0, len).await
-                }
+            match self.segment_files(key, seg)? {
+                SegmentFiles::Disk { disk, index, .. } => self.disks[disk]
+                    .read(index.clone(), 0, len)
+                    .await
+                    .map_err(|e| StorageError::io(&index, e)),
+                SegmentFiles::Cold { index, .. } => self.cold_tier()?.read(&index, 0, len).await,
             }
         };
         self.index_cache
@@ -376,7 +419,7 @@ impl Durable {
             }
             let from = offset.max(seg.logical_start) - seg.logical_start;
             let to = end.min(seg_end) - seg.logical_start;
-            pieces.push(self.read_segment(seg, from, to - from).await?);
+            pieces.push(self.read_segment(p.key(), seg, from, to - from).await?);
         }
         p.tally().count_read(len);
         Ok(concat(pieces))
@@ -392,18 +435,20 @@ impl Durable {
         Ok(concat(pieces))
     }
 
-    async fn read_segment(&self, seg: &Segment, offset: u64, len: u64) -> Result<Bytes> {
+    async fn read_segment(
+        &self,
+        key: &PartitionKey,
+        seg: &Segment,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
         self.counters.read(len);
-        match &seg.location {
-            SegmentLocation::Disk { disk, stem } => {
-                let (data, _) = disk_files(stem);
-                self.disks[*disk]
-                    .read_data(data.clone(), offset, len, seg.direct)
-                    .await
-                    .map_err(|e| StorageError::io(&data, e))
-            }
-            SegmentLocation::Cold { stem } => {
-                let (data, _) = cold_objects(stem);
+        match self.segment_files(key, seg)? {
+            SegmentFiles::Disk { disk, data, .. } => self.disks[disk]
+                .read_data(data.clone(), offset, len, seg.direct)
+                .await
+                .map_err(|e| StorageError::io(&data, e)),
+            SegmentFiles::Cold { data, .. } => {
                 // A cold segment is written once: its length is its object's.
                 self.cold_tier()?
                     .read_data(&data, seg.len(), offset, len)
@@ -416,7 +461,7 @@ impl Durable {
 
     /// A removed partition's segment leaves its tier's figures; a cold one's
     /// objects are deleted (a disk one's files go with its directory).
-    pub(crate) async fn forget_segment(&self, seg: &Segment) {
+    pub(crate) async fn forget_segment(&self, key: &PartitionKey, seg: &Segment) {
         let len = seg.len();
         match &seg.location {
             SegmentLocation::Disk { disk, .. } => {
@@ -424,10 +469,11 @@ impl Durable {
                     .stored_bytes
                     .fetch_sub(len, Ordering::Relaxed);
             }
-            SegmentLocation::Cold { stem } => {
-                if let Some(cold) = &self.cold {
+            SegmentLocation::Cold { .. } => {
+                if let (Some(cold), Ok(SegmentFiles::Cold { data, index })) =
+                    (&self.cold, self.segment_files(key, seg))
+                {
                     cold.stored_bytes.fetch_sub(len, Ordering::Relaxed);
-                    let (data, index) = cold_objects(stem);
                     for (path, len) in [(&data, len), (&index, 0)] {
                         if let Err(e) = cold.delete(path, len).await {
                             tracing::warn!(path, error = %e, "cold delete failed");
@@ -487,6 +533,10 @@ impl Durable {
 
 /// Where a shuffle's files and objects live, relative to a data dir or the
 /// cold tier's root.
+fn no_cold_tier() -> StorageError {
+    StorageError::Config("no cold tier configured".into())
+}
+
 pub(crate) fn shuffle_rel(app: &str, shuffle: i32) -> PathBuf {
     PathBuf::from(path_component(app)).join(shuffle.to_string())
 }

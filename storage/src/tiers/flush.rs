@@ -25,14 +25,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::budget::MemoryBudget;
-use super::durable::{shuffle_rel, Durable};
+use super::durable::Durable;
 use super::fair::{FairGate, Turn};
 use super::waits::WaitKind;
 use crate::block::{Block, IndexRecord, INDEX_RECORD_LEN};
 use crate::config::StoreConfig;
 use crate::counters::Counters;
 use crate::error::{Result, StorageError};
-use crate::segment::{cold_objects, disk_files, Segment, SegmentLocation};
+use crate::segment::{Segment, SegmentFiles, SegmentLocation};
 use crate::tiers::partition::Partition;
 
 /// Time a flush waited for a flush slot (0 when one was free).
@@ -156,7 +156,7 @@ impl Flusher {
             let _guard = p.persist.lock().await;
             let segments: Box<[Arc<Segment>]> = std::mem::take(&mut *p.segments.write());
             for seg in segments {
-                self.durable.forget_segment(&seg).await;
+                self.durable.forget_segment(p.key(), &seg).await;
             }
         }
     }
@@ -451,15 +451,7 @@ impl Flusher {
             Target::Append(seg) => (seg, false),
             Target::NewDisk(d) => {
                 let uid = self.durable.next_segment_uid();
-                let dir = self
-                    .durable
-                    .disk_dir(d)
-                    .join(shuffle_rel(&p.key().app, p.key().shuffle));
-                let stem = dir.join(format!("{}.{uid}", p.key().file_stem()));
-                let location = SegmentLocation::Disk {
-                    disk: d,
-                    stem: stem.into(),
-                };
+                let location = SegmentLocation::new_disk(d);
                 let direct = self.durable.disk(d).direct && bytes >= super::disk::direct::MIN_FLUSH;
                 (
                     Arc::new(Segment::new(uid, location, p.persisted_len()).with_direct(direct)),
@@ -467,13 +459,9 @@ impl Flusher {
                 )
             }
             Target::Cold => {
-                let cold = self.durable.cold_tier()?;
+                self.durable.cold_tier()?;
                 let uid = self.durable.next_segment_uid();
-                let rel = shuffle_rel(&p.key().app, p.key().shuffle);
-                let stem = format!("{}/{}.{uid}", rel.to_string_lossy(), p.key().file_stem());
-                let location = SegmentLocation::Cold {
-                    stem: cold.path(&stem).into(),
-                };
+                let location = SegmentLocation::new_cold();
                 (
                     Arc::new(Segment::new(uid, location, p.persisted_len())),
                     true,
@@ -488,10 +476,13 @@ impl Flusher {
             offset += b.len();
         }
         let index = index.freeze();
-        match &segment.location {
-            SegmentLocation::Disk { disk, stem } => {
-                let (data, index_path) = disk_files(stem);
-                let d = self.durable.disk(*disk);
+        match self.durable.segment_files(p.key(), &segment)? {
+            SegmentFiles::Disk {
+                disk,
+                data,
+                index: index_path,
+            } => {
+                let d = self.durable.disk(disk);
                 match d
                     .write(
                         data.clone(),
@@ -514,8 +505,10 @@ impl Flusher {
                 }
                 d.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
-            SegmentLocation::Cold { stem } => {
-                let (data, index_path) = cold_objects(stem);
+            SegmentFiles::Cold {
+                data,
+                index: index_path,
+            } => {
                 let cold = self.durable.cold_tier()?;
                 cold.write_segment(&data, &index_path, blocks.clone(), index)
                     .await?;

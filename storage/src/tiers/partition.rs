@@ -257,6 +257,11 @@ impl Partition {
         segs.last().map(|s| s.logical_start + s.len()).unwrap_or(0)
     }
 
+    /// How many segments hold its flushed bytes.
+    pub(crate) fn segment_count(&self) -> usize {
+        self.segments.read().len()
+    }
+
     pub(crate) fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
         self.segments.read().to_vec()
     }

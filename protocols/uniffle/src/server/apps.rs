@@ -2,7 +2,7 @@
 //! stored blocks: registered shuffles, reported block ids, commit counts.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -38,10 +38,10 @@ pub(crate) struct ShuffleState {
     pub reported: Mutex<HashMap<i32, IdBitmap>>,
     pub commits: AtomicI32,
     pub stage_attempt: AtomicI32,
-    /// Per partition: bytes of block data received here (what the huge
-    /// partition split limit is measured against) and whether a client was
-    /// told to split it.
-    received: DashMap<i32, Received>,
+    /// Partitions a client was told to split (see `split`). The bytes each
+    /// partition received here are the store's to count: a map of them
+    /// here cost some 40 bytes a partition held.
+    split_told: Mutex<std::collections::HashSet<i32>>,
 }
 
 impl Default for ShuffleState {
@@ -51,15 +51,9 @@ impl Default for ShuffleState {
             reported: Mutex::default(),
             commits: AtomicI32::new(0),
             stage_attempt: AtomicI32::new(0),
-            received: small_map(),
+            split_told: Mutex::default(),
         }
     }
-}
-
-#[derive(Default)]
-struct Received {
-    bytes: AtomicU64,
-    split_told: AtomicBool,
 }
 
 impl ShuffleState {
@@ -76,28 +70,9 @@ impl ShuffleState {
         self.ranges.lock().iter().any(|&(s, e)| s <= p && p <= e)
     }
 
-    pub(crate) fn add_received(&self, partition: i32, bytes: u64) {
-        self.received
-            .entry(partition)
-            .or_default()
-            .bytes
-            .fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub(crate) fn received(&self, partition: i32) -> u64 {
-        self.received
-            .get(&partition)
-            .map_or(0, |r| r.bytes.load(Ordering::Relaxed))
-    }
-
     /// Marks the partition as told to split; true only the first time.
     pub(crate) fn first_split_notice(&self, partition: i32) -> bool {
-        !self
-            .received
-            .entry(partition)
-            .or_default()
-            .split_told
-            .swap(true, Ordering::Relaxed)
+        self.split_told.lock().insert(partition)
     }
 
     pub(crate) fn report(&self, partition: i32, ids: &[i64]) {

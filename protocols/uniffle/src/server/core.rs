@@ -398,7 +398,13 @@ impl ShuffleServerCore {
         let Ok(state) = self.shuffle(app, shuffle) else {
             return Vec::new();
         };
-        let split = super::split::newly_past_limit(&state, limit.as_u64(), ids, sizes);
+        let received = |partition| {
+            let key = PartitionKey::new(stored(app), shuffle, partition);
+            self.store
+                .partition_stats(&key)
+                .map_or(0, |s| s.received_bytes)
+        };
+        let split = super::split::newly_past_limit(&state, received, limit.as_u64(), ids, sizes);
         if !split.is_empty() {
             metrics::counter!("switchyard_uniffle_partition_splits_total")
                 .increment(split.len() as u64);
@@ -461,7 +467,6 @@ impl ShuffleServerCore {
             self.store
                 .append(&key, out, Some(&mut ticket.reservation))
                 .await?;
-            state.add_received(partition, bytes);
             traffic::pushed(Protocol::Uniffle, bytes);
         }
         request.ok();

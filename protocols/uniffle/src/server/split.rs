@@ -22,8 +22,10 @@ use super::apps::ShuffleState;
 /// named before. `sizes` is the request's `partitionRequireSizes`, in the
 /// order of `ids`; a client that sends none (0.9) or a list of another
 /// length gets no split, as from the JVM server.
+/// `received` is the data bytes a partition received here.
 pub(crate) fn newly_past_limit(
     state: &ShuffleState,
+    received: impl Fn(i32) -> u64,
     limit: u64,
     ids: &[i32],
     sizes: &[i32],
@@ -33,7 +35,7 @@ pub(crate) fn newly_past_limit(
     }
     ids.iter()
         .zip(sizes)
-        .filter(|&(&p, &size)| state.received(p) + size.max(0) as u64 > limit)
+        .filter(|&(&p, &size)| received(p) + size.max(0) as u64 > limit)
         .filter(|&(&p, _)| state.first_split_notice(p))
         .map(|(&p, _)| p)
         .collect()
@@ -46,9 +48,12 @@ mod tests {
     #[test]
     fn names_partitions_past_the_limit_once() {
         let s = ShuffleState::default();
-        s.add_received(1, 90);
-        s.add_received(2, 10);
-        let named = |ids: &[i32], sizes: &[i32]| newly_past_limit(&s, 100, ids, sizes);
+        let received = |p: i32| match p {
+            1 => 90,
+            2 => 10,
+            _ => 0,
+        };
+        let named = |ids: &[i32], sizes: &[i32]| newly_past_limit(&s, received, 100, ids, sizes);
         assert!(named(&[1], &[10]).is_empty(), "at the limit exactly");
         assert!(named(&[1, 2], &[]).is_empty(), "0.9 sends no sizes");
         assert_eq!(named(&[1, 2, 3], &[20, 20, 20]), vec![1]);

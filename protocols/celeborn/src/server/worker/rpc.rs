@@ -13,9 +13,20 @@ use crate::server::rpc::{decode, Endpoint, STORAGE_TYPE_HDD};
 use crate::status::StatusCode;
 use crate::transport_message::TransportMessage;
 use crate::ShuffleKey;
+use switchyard_storage::PartitionKey;
 
 pub struct WorkerEndpoint {
     state: Arc<WorkerState>,
+}
+
+/// The chunk offsets of a partition whose bytes are one segment of at most
+/// one chunk: `[0, size]`, what its view would give, known without reading
+/// its index (at a commit of many small partitions, reading each index cost
+/// a read and an index-cache entry apiece).
+fn single_chunk(stats: &switchyard_storage::PartitionStats, chunk_size: u64) -> Option<Vec<u64>> {
+    let size = stats.disk_bytes + stats.cold_bytes;
+    (stats.segments == 1 && stats.memory_bytes == 0 && size > 0 && size <= chunk_size)
+        .then(|| vec![0, size])
 }
 
 impl WorkerEndpoint {
@@ -298,36 +309,43 @@ impl WorkerEndpoint {
         let mut commits = Vec::new();
         for (ids, replica) in [(&r.primary_ids, false), (&r.replica_ids, true)] {
             for uid in ids {
-                // An id this worker never reserved is neither committed nor
-                // failed, as in Celeborn.
-                let Some(loc) = shuffle.location(uid, replica) else {
-                    tracing::warn!(shuffle = %shuffle.key(), uid, "commit of an unknown location");
-                    continue;
-                };
-                loc.committed.store(true, Ordering::Release);
-                loc.notify_grown();
-                // The commit flushes the shuffle's hybrid bytes.
-                shuffle.hybrid.flushed(shuffle.hybrid.take());
-                // A map partition's regions go into the manifest with it.
-                let notes = if shuffle.is_map() {
-                    vec![(
-                        map_note_name(uid, replica),
-                        loc.map().regions.lock().to_note(),
-                    )]
-                } else {
-                    Vec::new()
+                let (key, notes) = match shuffle.location(uid, replica) {
+                    Some(loc) => {
+                        loc.committed.store(true, Ordering::Release);
+                        loc.notify_grown();
+                        // The commit flushes the shuffle's hybrid bytes.
+                        shuffle.hybrid.flushed(shuffle.hybrid.take());
+                        // A map partition's regions go into the manifest with it.
+                        let notes = if shuffle.is_map() {
+                            vec![(
+                                map_note_name(uid, replica),
+                                loc.map().regions.lock().to_note(),
+                            )]
+                        } else {
+                            Vec::new()
+                        };
+                        (loc.key.clone(), notes)
+                    }
+                    None => match self.committed_before(shuffle, uid, replica) {
+                        Some(key) => (key, Vec::new()),
+                        // An id this worker never reserved is neither
+                        // committed nor failed, as in Celeborn.
+                        None => {
+                            tracing::warn!(shuffle = %shuffle.key(), uid, "commit of an unknown location");
+                            continue;
+                        }
+                    },
                 };
                 commits.push(async move {
                     let result = async {
-                        let stats = self.state.store.seal_with_notes(&loc.key, notes).await?;
+                        let stats = self.state.store.seal_with_notes(&key, notes).await?;
                         if stats.received_bytes == 0 {
                             return Ok(None);
                         }
-                        let view = self
-                            .state
-                            .store
-                            .open_view(&loc.key, None, chunk_size)
-                            .await?;
+                        if let Some(offsets) = single_chunk(&stats, chunk_size) {
+                            return Ok(Some((stats, offsets)));
+                        }
+                        let view = self.state.store.open_view(&key, None, chunk_size).await?;
                         Ok::<_, switchyard_storage::StorageError>(Some((
                             stats,
                             view.chunk_offsets().unwrap_or_default(),
@@ -338,7 +356,12 @@ impl WorkerEndpoint {
                 });
             }
         }
-        for (uid, replica, result) in futures::future::join_all(commits).await {
+        let results = futures::future::join_all(commits).await;
+        if !shuffle.is_map() {
+            shuffle.drop_committed(results.iter().filter(|r| r.2.is_ok()).map(|r| (r.0, r.1)));
+            self.state.publish_location_gauge();
+        }
+        for (uid, replica, result) in results {
             match result {
                 Ok(None) => {} // an empty file: neither committed nor failed
                 Ok(Some((stats, offsets))) => {
@@ -383,6 +406,23 @@ impl WorkerEndpoint {
             "files committed"
         );
         reply
+    }
+
+    /// The key of a reduce location this worker committed (and dropped, see
+    /// [`ShuffleState::drop_committed`]) or recovered committed: its bytes
+    /// are in the store. A later commit that names it reports it again.
+    fn committed_before(
+        &self,
+        shuffle: &ShuffleState,
+        uid: &str,
+        replica: bool,
+    ) -> Option<PartitionKey> {
+        if shuffle.is_map() {
+            return None;
+        }
+        let key = shuffle.partition_key(LocationKey::parse(uid, replica)?);
+        let stats = self.state.store.partition_stats(&key).ok()?;
+        (stats.received_bytes > 0).then_some(key)
     }
 
     fn destroy(&self, r: PbDestroyWorkerSlots) -> PbDestroyWorkerSlotsResponse {

@@ -209,6 +209,9 @@ impl KeptReply {
 
 pub struct ShuffleState {
     pub app: String,
+    /// The store's id of its application, made once: each location's key
+    /// shares it (made per location, it was a 48-byte allocation apiece).
+    stored_app: switchyard_storage::AppId,
     pub shuffle_id: i32,
     pub split_threshold: AtomicU64,
     /// A [`SplitMode`], as set by the last ReserveSlots.
@@ -249,9 +252,7 @@ impl ShuffleState {
             .entry(key)
             .or_insert_with(|| {
                 Arc::new(Location {
-                    key: PartitionKey::new(stored_app(&self.app), self.shuffle_id, id)
-                        .with_epoch(epoch)
-                        .with_replica(replica),
+                    key: self.partition_key(key),
                     bytes: AtomicU64::new(0),
                     next_block: AtomicI64::new(0),
                     committed: AtomicBool::new(false),
@@ -264,6 +265,33 @@ impl ShuffleState {
             *loc.peer.write() = peer.map(Arc::from);
         }
         loc
+    }
+
+    /// The store's key of a location of this shuffle.
+    pub(crate) fn partition_key(&self, key: LocationKey) -> PartitionKey {
+        PartitionKey::new(self.stored_app.clone(), self.shuffle_id, key.id)
+            .with_epoch(key.epoch)
+            .with_replica(key.replica)
+    }
+
+    /// Forgets committed reduce locations (`"id-epoch"`, replica): a push to
+    /// one is answered as to a location never reserved here (the map ended,
+    /// or HARD_SPLIT), which is what a committed location answers, and
+    /// their bytes are read from the store by name. So a node holding a
+    /// million committed partitions keeps no location (some 170 bytes with
+    /// its map entry) for each, as after a restart. Map partitions keep
+    /// theirs: their regions are read through them.
+    pub(crate) fn drop_committed<'a>(&self, committed: impl Iterator<Item = (&'a String, bool)>) {
+        let mut dropped = false;
+        for (uid, replica) in committed {
+            if let Some(key) = LocationKey::parse(uid, replica) {
+                dropped |= self.locations.remove(&key).is_some();
+            }
+        }
+        if dropped {
+            // A shuffle's map keeps its table's size after removals.
+            self.locations.shrink_to_fit();
+        }
     }
 
     /// Whether this shuffle's locations are map partitions (Flink).
@@ -627,6 +655,7 @@ impl WorkerState {
                 .or_insert_with(|| {
                     Arc::new(ShuffleState {
                         app: app.to_string(),
+                        stored_app: stored_app(app),
                         shuffle_id,
                         split_threshold: AtomicU64::new(u64::MAX),
                         split_mode: AtomicU8::new(SplitMode::default() as u8),
@@ -678,9 +707,14 @@ impl WorkerState {
     /// Partition locations held (reserved and not yet destroyed or gone
     /// with their shuffle): Celeborn's active slots. A walk of the
     /// shuffles, not of the partitions, at each change of them.
+    /// Locations held: reserved and not yet committed (reduce), or map
+    /// partitions until their shuffle goes.
+    pub fn live_locations(&self) -> usize {
+        self.shuffles.iter().map(|s| s.locations.len()).sum()
+    }
+
     pub(crate) fn publish_location_gauge(&self) {
-        let held: usize = self.shuffles.iter().map(|s| s.locations.len()).sum();
-        metrics::gauge!("switchyard_celeborn_locations").set(held as f64);
+        metrics::gauge!("switchyard_celeborn_locations").set(self.live_locations() as f64);
     }
 
     pub(crate) fn publish_stream_gauges(&self) {
