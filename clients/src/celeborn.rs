@@ -352,6 +352,23 @@ impl Connection {
         let frame = chunk_fetch_request(id, stream_id, chunk_index);
         self.call_chunk((stream_id, chunk_index), frame).await
     }
+
+    /// Closes a chunk stream as a 0.4+ reader does when it is done with a
+    /// partition: PbBufferStreamEnd(ChunkStream), no reply.
+    pub async fn end_stream(&self, stream_id: i64) -> Result<()> {
+        let end = TransportMessage::new(
+            MessageType::BufferStreamEnd,
+            &PbBufferStreamEnd {
+                stream_type: StreamType::ChunkStream as i32,
+                stream_id,
+            },
+        );
+        self.send(Message::RpcRequest {
+            request_id: next_request_id(),
+            body: end.to_bytes(),
+        })
+        .await
+    }
 }
 
 /// The frame of a whole-chunk fetch as a 0.6 client sends it: a

@@ -448,6 +448,9 @@ impl Clients {
             h.num_chunks
         );
         let chunk = self.fetch.fetch_chunk(h.stream_id, 0).await?;
+        // As a real reader does: the node would otherwise hold every
+        // stream read back until its idle timeout.
+        self.fetch.end_stream(h.stream_id).await?;
         let mut batches = parse_batches(&chunk)?;
         ensure!(
             batches.len() == 1,

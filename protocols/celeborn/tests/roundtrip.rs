@@ -539,6 +539,17 @@ async fn committed_locations_are_dropped_and_committed_again_by_a_new_epoch() {
         first.committed_primary_storage_infos
     );
     assert_eq!(second.total_written, first.total_written);
+    // A retry of the first epoch once its reply is no longer kept (many
+    // commits later) commits again: the same answer.
+    for epoch in 3..40 {
+        lm.commit(shuffle, Vec::new(), 1, epoch).await;
+    }
+    let retried = lm.commit(shuffle, ids.clone(), 1, 1).await;
+    assert_eq!(retried.committed_primary_ids, first.committed_primary_ids);
+    assert_eq!(
+        retried.committed_primary_storage_infos,
+        first.committed_primary_storage_infos
+    );
 
     // A late push: the map ended (as for any committed location).
     let r = push
@@ -1203,6 +1214,25 @@ async fn flink_map_partitions_regions_broadcast_and_credit_reads() {
         assert_eq!(c.status, 0);
         assert_eq!(c.committed_primary_ids, vec![format!("{map}-0")]);
     }
+    // Committed map partitions are held sealed (their regions only), still
+    // counted as held, and take nothing more.
+    assert_eq!(env.node.worker.live_locations(), maps as usize);
+    let late = PbRegionStart {
+        current_region_index: 10,
+        ..start.clone()
+    };
+    let err = map_rpc(&push, MessageType::RegionStart, &late)
+        .await
+        .unwrap_err();
+    assert!(err.contains("0-0"), "{err}");
+    let err = push
+        .push(&key, "1-0", flink_record(0, 99, b"late"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("1-0"), "{err}");
+    // A later commit naming them reports them again.
+    let again = lm.commit(shuffle, vec!["2-0".to_string()], 0, 20).await;
+    assert_eq!(again.committed_primary_ids, vec!["2-0".to_string()]);
     assert!(
         env.store.status().tiers.disk > 0,
         "spilled and committed to disk"

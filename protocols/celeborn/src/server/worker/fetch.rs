@@ -46,7 +46,7 @@ impl FetchPort {
             .rsplit_once('-')
             .ok_or_else(|| bad_file(file_name))?;
         shuffle
-            .location(uid, mode == "1")
+            .readable_location(uid, mode == "1")
             .map(Some)
             .ok_or_else(|| CelebornError::UnknownMapPartition(format!("{shuffle_key}/{file_name}")))
     }

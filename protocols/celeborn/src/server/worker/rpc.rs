@@ -294,6 +294,7 @@ impl WorkerEndpoint {
         if !reply.failed_primary_ids.is_empty() || !reply.failed_replica_ids.is_empty() {
             shuffle.commits.lock().remove(&r.epoch);
         }
+        shuffle.trim_commits();
         reply
     }
 
@@ -357,8 +358,11 @@ impl WorkerEndpoint {
             }
         }
         let results = futures::future::join_all(commits).await;
-        if !shuffle.is_map() {
-            shuffle.drop_committed(results.iter().filter(|r| r.2.is_ok()).map(|r| (r.0, r.1)));
+        let committed = results.iter().filter(|r| r.2.is_ok()).map(|r| (r.0, r.1));
+        if shuffle.is_map() {
+            shuffle.seal_maps(committed);
+        } else {
+            shuffle.drop_committed(committed);
             self.state.publish_location_gauge();
         }
         for (uid, replica, result) in results {
@@ -417,10 +421,14 @@ impl WorkerEndpoint {
         uid: &str,
         replica: bool,
     ) -> Option<PartitionKey> {
+        let location = LocationKey::parse(uid, replica)?;
         if shuffle.is_map() {
-            return None;
+            // Its regions' note is in the store already.
+            return shuffle
+                .is_sealed(location)
+                .then(|| shuffle.partition_key(location));
         }
-        let key = shuffle.partition_key(LocationKey::parse(uid, replica)?);
+        let key = shuffle.partition_key(location);
         let stats = self.state.store.partition_stats(&key).ok()?;
         (stats.received_bytes > 0).then_some(key)
     }
@@ -438,7 +446,7 @@ impl WorkerEndpoint {
         let copies = [(&r.primary_locations, false), (&r.replica_location, true)];
         for (uids, replica) in copies {
             for key in uids.iter().filter_map(|u| LocationKey::parse(u, replica)) {
-                shuffle.locations.remove(&key);
+                shuffle.forget(&key);
             }
         }
         self.state.publish_location_gauge();

@@ -178,6 +178,21 @@ impl Location {
         self.map.get_or_init(Box::default)
     }
 
+    /// A committed map partition to read, rebuilt from its sealed regions
+    /// ([`ShuffleState::readable_location`]); it takes no pushes.
+    fn sealed(key: PartitionKey, map: MapPartition) -> Location {
+        let loc = Location {
+            key,
+            bytes: AtomicU64::new(0),
+            next_block: AtomicI64::new(map.records_end()),
+            committed: AtomicBool::new(true),
+            peer: parking_lot::RwLock::new(None),
+            map: std::sync::OnceLock::new(),
+        };
+        *loc.map().regions.lock() = map;
+        loc
+    }
+
     /// Wakes the streams that follow it, if any ever did.
     pub(crate) fn notify_grown(&self) {
         if let Some(m) = self.map.get() {
@@ -192,9 +207,10 @@ impl Location {
 }
 
 /// A commit's reply kept for a repeated CommitFiles of its epoch, encoded:
-/// a shuffle's committed partitions stay in it as long as the shuffle does,
-/// and encoded each costs its id and storage info's few tens of bytes
-/// instead of their structs and map entries (some 250 bytes).
+/// a reduce shuffle's one commit names every partition, and encoded each
+/// costs its id and storage info's few tens of bytes instead of their
+/// structs and map entries (some 250 bytes).
+#[derive(Clone, Debug)]
 pub struct KeptReply(bytes::Bytes);
 
 impl KeptReply {
@@ -204,6 +220,32 @@ impl KeptReply {
 
     pub(crate) fn reply(&self) -> PbCommitFilesResponse {
         prost::Message::decode(self.0.clone()).expect("a reply this worker encoded decodes")
+    }
+}
+
+/// Commit replies a shuffle keeps for repeated CommitFiles (retries come
+/// within seconds, each with its own epoch's).
+pub(crate) const KEPT_COMMITS: usize = 32;
+
+/// Commits by epoch, each a reply once finished.
+type Commits = HashMap<i64, Arc<tokio::sync::OnceCell<KeptReply>>>;
+
+/// Removes the oldest finished commits until `keep` are left (or only
+/// unfinished ones are older).
+fn trim_kept(commits: &mut Commits, keep: usize) {
+    while commits.len() > keep {
+        let oldest = commits
+            .iter()
+            .filter(|(_, cell)| cell.initialized())
+            .map(|(epoch, _)| *epoch)
+            .min();
+        match oldest {
+            Some(epoch) => commits.remove(&epoch),
+            None => break,
+        };
+    }
+    if commits.capacity() > 4 * keep.max(1) {
+        commits.shrink_to_fit();
     }
 }
 
@@ -220,8 +262,14 @@ pub struct ShuffleState {
     partition_type: AtomicU8,
     /// Its locations, by unique id and copy.
     pub locations: DashMap<LocationKey, Arc<Location>>,
-    /// Commit replies by commit epoch: a repeated CommitFiles gets the same answer.
-    pub commits: Mutex<HashMap<i64, Arc<tokio::sync::OnceCell<KeptReply>>>>,
+    /// Committed map partitions (Flink's blocking shuffle), each kept as its
+    /// regions' note (some 30 bytes) instead of a whole [`Location`]: a node
+    /// holds one for every committed map partition until its shuffle goes.
+    /// See [`ShuffleState::seal_maps`].
+    sealed_maps: RwLock<HashMap<LocationKey, Box<[u8]>>>,
+    /// Commit replies by commit epoch: a repeated CommitFiles gets the same
+    /// answer. The last [`KEPT_COMMITS`] are kept ([`ShuffleState::trim_commits`]).
+    pub commits: Mutex<Commits>,
     /// Successful attempt per map index from the last commit; -1 = unfinished.
     pub map_attempts: RwLock<Option<Vec<i32>>>,
     /// Hybrid-shuffle bytes of this shuffle counted as in memory.
@@ -279,8 +327,8 @@ impl ShuffleState {
     /// or HARD_SPLIT), which is what a committed location answers, and
     /// their bytes are read from the store by name. So a node holding a
     /// million committed partitions keeps no location (some 170 bytes with
-    /// its map entry) for each, as after a restart. Map partitions keep
-    /// theirs: their regions are read through them.
+    /// its map entry) for each, as after a restart. Map partitions are
+    /// sealed instead ([`ShuffleState::seal_maps`]): reads need their regions.
     pub(crate) fn drop_committed<'a>(&self, committed: impl Iterator<Item = (&'a String, bool)>) {
         let mut dropped = false;
         for (uid, replica) in committed {
@@ -292,6 +340,72 @@ impl ShuffleState {
             // A shuffle's map keeps its table's size after removals.
             self.locations.shrink_to_fit();
         }
+    }
+
+    /// Moves committed map partitions (`"id-epoch"`, replica) from the
+    /// live locations into [`ShuffleState::sealed_maps`]: once committed a
+    /// map partition only serves reads, which need its regions alone. A
+    /// hybrid producer's partitions (streams follow their segments) and
+    /// ones that never got a handshake (read as empty) stay live.
+    pub(crate) fn seal_maps<'a>(&self, committed: impl Iterator<Item = (&'a String, bool)>) {
+        let mut sealed = self.sealed_maps.write();
+        for (uid, replica) in committed {
+            let Some(key) = LocationKey::parse(uid, replica) else {
+                continue;
+            };
+            let sealable = |_: &LocationKey, loc: &Arc<Location>| {
+                let map = loc.map().regions.lock();
+                !map.has_segments() && map.num_sub_partitions() > 0
+            };
+            if let Some((_, loc)) = self.locations.remove_if(&key, sealable) {
+                let note = loc.map().regions.lock().to_note();
+                sealed.insert(key, note.into_boxed_slice());
+            }
+        }
+        self.locations.shrink_to_fit();
+        sealed.shrink_to_fit();
+    }
+
+    /// A location to read: a live one, or a sealed map partition rebuilt
+    /// (committed, with its regions) from its note.
+    pub(crate) fn readable_location(&self, uid: &str, replica: bool) -> Option<Arc<Location>> {
+        let key = LocationKey::parse(uid, replica)?;
+        if let Some(loc) = self.locations.get(&key) {
+            return Some(loc.clone());
+        }
+        let map = MapPartition::from_note(self.sealed_maps.read().get(&key)?)?;
+        Some(Arc::new(Location::sealed(self.partition_key(key), map)))
+    }
+
+    /// Whether a committed map partition of this shuffle is sealed.
+    pub(crate) fn is_sealed(&self, key: LocationKey) -> bool {
+        self.sealed_maps.read().contains_key(&key)
+    }
+
+    /// Keeps a committed map partition's regions (a note that decodes) as
+    /// sealed: a restarted worker's.
+    pub(crate) fn add_sealed(&self, key: LocationKey, note: &[u8]) {
+        self.sealed_maps.write().insert(key, note.into());
+    }
+
+    /// Its locations held: live ones and sealed map partitions.
+    pub(crate) fn held(&self) -> usize {
+        self.locations.len() + self.sealed_maps.read().len()
+    }
+
+    /// Forgets locations (DestroyWorkerSlots), live or sealed.
+    pub(crate) fn forget(&self, key: &LocationKey) {
+        self.locations.remove(key);
+        self.sealed_maps.write().remove(key);
+    }
+
+    /// Forgets the oldest finished commit replies past [`KEPT_COMMITS`]. A
+    /// Flink job commits each map partition in its own epoch, so keeping
+    /// every reply cost a reply per partition held; a retry of an epoch no
+    /// longer kept commits again, which answers the same (committed
+    /// locations are reported again from the store).
+    pub(crate) fn trim_commits(&self) {
+        trim_kept(&mut self.commits.lock(), KEPT_COMMITS);
     }
 
     /// Whether this shuffle's locations are map partitions (Flink).
@@ -493,20 +607,18 @@ impl WorkerState {
     /// A committed map partition (Flink), from its [`MAP_NOTE`]: its regions
     /// serve credit streams again.
     fn recover_map_location(&self, app: &str, shuffle_id: i32, rest: &str, value: &[u8]) -> bool {
-        let (Some((id, epoch, replica)), Some(map)) =
-            (parse_location_note(rest), MapPartition::from_note(value))
-        else {
+        let Some((id, epoch, replica)) = parse_location_note(rest) else {
             return false;
         };
+        if MapPartition::from_note(value).is_none() {
+            return false;
+        }
         let Some(shuffle) = self.shuffle_or_create(&ShuffleKey::new(app, shuffle_id).to_string())
         else {
             return false;
         };
         shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
-        let loc = shuffle.add_location(id, epoch, replica, None);
-        loc.next_block.store(map.records_end(), Ordering::Relaxed);
-        *loc.map().regions.lock() = map;
-        loc.committed.store(true, Ordering::Release);
+        shuffle.add_sealed(LocationKey { id, epoch, replica }, value);
         true
     }
 
@@ -661,6 +773,7 @@ impl WorkerState {
                         split_mode: AtomicU8::new(SplitMode::default() as u8),
                         partition_type: AtomicU8::new(PartitionType::default() as u8),
                         locations: switchyard_storage::small_map(),
+                        sealed_maps: RwLock::new(HashMap::new()),
                         commits: Mutex::new(HashMap::new()),
                         map_attempts: RwLock::new(None),
                         hybrid: ShuffleHold::new(self.hybrid.clone()),
@@ -710,7 +823,7 @@ impl WorkerState {
     /// Locations held: reserved and not yet committed (reduce), or map
     /// partitions until their shuffle goes.
     pub fn live_locations(&self) -> usize {
-        self.shuffles.iter().map(|s| s.locations.len()).sum()
+        self.shuffles.iter().map(|s| s.held()).sum()
     }
 
     pub(crate) fn publish_location_gauge(&self) {
@@ -807,6 +920,24 @@ impl AppListener for WorkerState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_last_finished_commits_are_kept() {
+        let reply = KeptReply::keep(&PbCommitFilesResponse::default());
+        let mut commits = Commits::new();
+        for epoch in 0..10 {
+            let cell = tokio::sync::OnceCell::new();
+            // Epoch 2 is still running: it stays, however old.
+            if epoch != 2 {
+                cell.set(reply.clone()).unwrap();
+            }
+            commits.insert(epoch, Arc::new(cell));
+        }
+        trim_kept(&mut commits, 4);
+        let mut left: Vec<i64> = commits.keys().copied().collect();
+        left.sort();
+        assert_eq!(left, vec![2, 7, 8, 9]);
+    }
 
     #[test]
     fn unique_ids_are_id_dash_epoch() {
