@@ -164,7 +164,7 @@ pub async fn load_celeborn(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<()> 
             // Empty, or one status byte per merged push: 0 is SUCCESS.
             ensure!(r.iter().all(|&b| b == 0), "PushMergedData answered {r:?}");
         }
-        commit(ep, &app.id, shuffle, &all, replica).await?;
+        commit(ep, &app.id, shuffle, &all, replica, 1).await?;
     }
     Ok(())
 }
@@ -180,10 +180,14 @@ pub fn map_record(app: &str, shuffle: i32, p: i32) -> Bytes {
 
 /// Map partitions written at once on one connection while loading.
 const MAP_IN_FLIGHT: usize = 32;
+/// Map partitions committed together. Flink commits each map task's
+/// partition in a CommitFiles of its own epoch as the task ends; groups
+/// keep that shape (many epochs per shuffle) at a fraction of the calls.
+const MAP_COMMIT_GROUP: usize = 16;
 
 /// Heartbeat, then per shuffle: map slots reserved, every map partition
 /// written as a Flink map task writes it (one region of one record), and
-/// all of them committed.
+/// committed by groups, each group in an epoch of its own.
 pub async fn load_celeborn_map(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<()> {
     use futures::{StreamExt, TryStreamExt};
     let master = ep.master().await?;
@@ -198,7 +202,9 @@ pub async fn load_celeborn_map(ep: &Endpoints, app: &HeldApp) -> anyhow::Result<
             .try_collect::<Vec<()>>()
             .await?;
         let all: Vec<i32> = (0..app.partitions).collect();
-        commit(ep, &app.id, shuffle, &all, false).await?;
+        for (i, group) in all.chunks(MAP_COMMIT_GROUP).enumerate() {
+            commit(ep, &app.id, shuffle, group, false, i as i64 + 1).await?;
+        }
     }
     Ok(())
 }
@@ -304,13 +310,14 @@ async fn commit(
     shuffle: i32,
     partitions: &[i32],
     replica: bool,
+    epoch: i64,
 ) -> anyhow::Result<()> {
     let ids: Vec<String> = partitions.iter().map(|&p| unique_id(p)).collect();
     let mut files = PbCommitFiles {
         application_id: app.to_string(),
         shuffle_id: shuffle,
         map_attempts: vec![0],
-        epoch: 1,
+        epoch,
         ..Default::default()
     };
     match replica {

@@ -102,7 +102,58 @@ pub struct MapPartition {
     segments: Option<Box<Segments>>,
 }
 
+/// A committed map partition's handshake and regions, as a worker keeps it
+/// until its shuffle goes (see `ShuffleState::seal_maps`): 32 bytes with
+/// no allocation for the one region a Flink map task mostly writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedMap {
+    num_sub_partitions: i32,
+    buffer_size: i32,
+    regions: SealedRegions,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SealedRegions {
+    One(Region),
+    Many(Box<[Region]>),
+}
+
+impl SealedMap {
+    /// The map partition to read it through: committed, nothing open.
+    pub fn unseal(&self) -> MapPartition {
+        let regions = match &self.regions {
+            SealedRegions::One(r) => vec![r.clone()],
+            SealedRegions::Many(rs) => rs.to_vec(),
+        };
+        MapPartition {
+            num_sub_partitions: self.num_sub_partitions,
+            buffer_size: self.buffer_size,
+            open: None,
+            regions,
+            segments: None,
+        }
+    }
+}
+
 impl MapPartition {
+    /// Its handshake and finished regions, compact; None for a hybrid
+    /// producer's partition (streams follow its segments) or one that never
+    /// got a handshake (read as empty).
+    pub fn seal(&self) -> Option<SealedMap> {
+        if self.segments.is_some() || self.num_sub_partitions == 0 {
+            return None;
+        }
+        let regions = match self.regions.as_slice() {
+            [one] => SealedRegions::One(one.clone()),
+            many => SealedRegions::Many(many.into()),
+        };
+        Some(SealedMap {
+            num_sub_partitions: self.num_sub_partitions,
+            buffer_size: self.buffer_size,
+            regions,
+        })
+    }
+
     pub fn handshake(
         &mut self,
         num_sub_partitions: i32,
@@ -504,6 +555,30 @@ mod tests {
             };
             assert_eq!(read, want, "sub-partition {sub}");
         }
+    }
+
+    #[test]
+    fn sealed_maps_keep_the_handshake_and_finished_regions() {
+        assert_eq!(MapPartition::default().seal(), None, "no handshake");
+        let mut m = MapPartition::default();
+        m.handshake(4, 32768).unwrap();
+        let none = m.seal().expect("a handshake without regions seals");
+        assert!(none.unseal().regions.is_empty());
+        m.region_start(0, false, 0).unwrap();
+        m.region_finish(3);
+        let one = m.seal().unwrap();
+        assert!(matches!(one.regions, SealedRegions::One(_)));
+        m.region_start(1, true, 3).unwrap();
+        m.region_finish(4);
+        m.region_start(2, false, 4).unwrap(); // open: not kept
+        let two = m.seal().unwrap();
+        assert!(matches!(two.regions, SealedRegions::Many(_)));
+        let back = two.unseal();
+        assert_eq!(back.regions, m.regions);
+        assert_eq!((back.num_sub_partitions(), back.buffer_size()), (4, 32768));
+        assert!(back.open.is_none());
+        assert_eq!(back.to_note(), m.to_note());
+        assert_eq!(std::mem::size_of::<SealedMap>(), 32);
     }
 
     #[test]

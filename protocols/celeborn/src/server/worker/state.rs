@@ -13,7 +13,7 @@ use switchyard_storage::{AppId, AppListener, AppRemoved, PartitionKey, Partition
 
 use super::credit::CreditStream;
 use super::hybrid_budget::{HybridBudget, ShuffleHold};
-use super::map_partition::MapPartition;
+use super::map_partition::{MapPartition, SealedMap};
 use crate::config::CelebornConfig;
 use crate::modes::{PartitionType, SplitMode};
 use crate::proto::PbCommitFilesResponse;
@@ -135,6 +135,16 @@ impl LocationKey {
     pub(crate) fn parse(uid: &str, replica: bool) -> Option<Self> {
         let (id, epoch) = parse_unique_id(uid)?;
         Some(LocationKey { id, epoch, replica })
+    }
+
+    /// The key in 8 bytes (id, epoch, copy), for maps that hold one per
+    /// partition. Celeborn's epochs count up from 0; a negative one (no
+    /// stock client sends it) shares the key of its low 31 bits, within its
+    /// own shuffle.
+    fn packed(self) -> u64 {
+        (u64::from(self.id as u32) << 32)
+            | (u64::from(self.epoch as u32 & 0x7fff_ffff) << 1)
+            | u64::from(self.replica)
     }
 
     /// The unique id as clients write it.
@@ -263,10 +273,11 @@ pub struct ShuffleState {
     /// Its locations, by unique id and copy.
     pub locations: DashMap<LocationKey, Arc<Location>>,
     /// Committed map partitions (Flink's blocking shuffle), each kept as its
-    /// regions' note (some 30 bytes) instead of a whole [`Location`]: a node
+    /// regions (a [`SealedMap`], 40 bytes with its key) instead of a whole
+    /// [`Location`] (some 350 bytes with its map state and entry): a node
     /// holds one for every committed map partition until its shuffle goes.
     /// See [`ShuffleState::seal_maps`].
-    sealed_maps: RwLock<HashMap<LocationKey, Box<[u8]>>>,
+    sealed_maps: RwLock<HashMap<u64, SealedMap>>,
     /// Commit replies by commit epoch: a repeated CommitFiles gets the same
     /// answer. The last [`KEPT_COMMITS`] are kept ([`ShuffleState::trim_commits`]).
     pub commits: Mutex<Commits>,
@@ -353,14 +364,14 @@ impl ShuffleState {
             let Some(key) = LocationKey::parse(uid, replica) else {
                 continue;
             };
-            let sealable = |_: &LocationKey, loc: &Arc<Location>| {
-                let map = loc.map().regions.lock();
-                !map.has_segments() && map.num_sub_partitions() > 0
+            let Some(loc) = self.locations.get(&key).map(|l| l.clone()) else {
+                continue;
             };
-            if let Some((_, loc)) = self.locations.remove_if(&key, sealable) {
-                let note = loc.map().regions.lock().to_note();
-                sealed.insert(key, note.into_boxed_slice());
-            }
+            let Some(map) = loc.map().regions.lock().seal() else {
+                continue;
+            };
+            self.locations.remove(&key);
+            sealed.insert(key.packed(), map);
         }
         self.locations.shrink_to_fit();
         sealed.shrink_to_fit();
@@ -373,19 +384,23 @@ impl ShuffleState {
         if let Some(loc) = self.locations.get(&key) {
             return Some(loc.clone());
         }
-        let map = MapPartition::from_note(self.sealed_maps.read().get(&key)?)?;
+        let map = self.sealed_maps.read().get(&key.packed())?.unseal();
         Some(Arc::new(Location::sealed(self.partition_key(key), map)))
     }
 
     /// Whether a committed map partition of this shuffle is sealed.
     pub(crate) fn is_sealed(&self, key: LocationKey) -> bool {
-        self.sealed_maps.read().contains_key(&key)
+        self.sealed_maps.read().contains_key(&key.packed())
     }
 
-    /// Keeps a committed map partition's regions (a note that decodes) as
-    /// sealed: a restarted worker's.
-    pub(crate) fn add_sealed(&self, key: LocationKey, note: &[u8]) {
-        self.sealed_maps.write().insert(key, note.into());
+    /// Keeps a committed map partition's regions as sealed: a restarted
+    /// worker's, from their note. False if they cannot be.
+    pub(crate) fn add_sealed(&self, key: LocationKey, map: &MapPartition) -> bool {
+        let Some(sealed) = map.seal() else {
+            return false;
+        };
+        self.sealed_maps.write().insert(key.packed(), sealed);
+        true
     }
 
     /// Its locations held: live ones and sealed map partitions.
@@ -396,7 +411,7 @@ impl ShuffleState {
     /// Forgets locations (DestroyWorkerSlots), live or sealed.
     pub(crate) fn forget(&self, key: &LocationKey) {
         self.locations.remove(key);
-        self.sealed_maps.write().remove(key);
+        self.sealed_maps.write().remove(&key.packed());
     }
 
     /// Forgets the oldest finished commit replies past [`KEPT_COMMITS`]. A
@@ -607,19 +622,17 @@ impl WorkerState {
     /// A committed map partition (Flink), from its [`MAP_NOTE`]: its regions
     /// serve credit streams again.
     fn recover_map_location(&self, app: &str, shuffle_id: i32, rest: &str, value: &[u8]) -> bool {
-        let Some((id, epoch, replica)) = parse_location_note(rest) else {
+        let (Some((id, epoch, replica)), Some(map)) =
+            (parse_location_note(rest), MapPartition::from_note(value))
+        else {
             return false;
         };
-        if MapPartition::from_note(value).is_none() {
-            return false;
-        }
         let Some(shuffle) = self.shuffle_or_create(&ShuffleKey::new(app, shuffle_id).to_string())
         else {
             return false;
         };
         shuffle.set_modes(shuffle.split_mode(), PartitionType::Map);
-        shuffle.add_sealed(LocationKey { id, epoch, replica }, value);
-        true
+        shuffle.add_sealed(LocationKey { id, epoch, replica }, &map)
     }
 
     /// A location that was live (reserved, not committed) at the last
