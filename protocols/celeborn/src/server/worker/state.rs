@@ -360,6 +360,7 @@ impl ShuffleState {
     /// ones that never got a handshake (read as empty) stay live.
     pub(crate) fn seal_maps<'a>(&self, committed: impl Iterator<Item = (&'a String, bool)>) {
         let mut sealed = self.sealed_maps.write();
+        let before = sealed.len();
         for (uid, replica) in committed {
             let Some(key) = LocationKey::parse(uid, replica) else {
                 continue;
@@ -373,12 +374,13 @@ impl ShuffleState {
             self.locations.remove(&key);
             sealed.insert(key.packed(), map);
         }
-        self.locations.shrink_to_fit();
-        sealed.shrink_to_fit();
+        if sealed.len() != before {
+            self.locations.shrink_to_fit();
+        }
     }
 
     /// A location to read: a live one, or a sealed map partition rebuilt
-    /// (committed, with its regions) from its note.
+    /// (committed, with its regions) from its [`SealedMap`].
     pub(crate) fn readable_location(&self, uid: &str, replica: bool) -> Option<Arc<Location>> {
         let key = LocationKey::parse(uid, replica)?;
         if let Some(loc) = self.locations.get(&key) {
