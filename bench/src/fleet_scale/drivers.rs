@@ -14,8 +14,12 @@
 //! first coordinator in their list and move down it on a failure, so the
 //! first coordinator takes the placement load, as in a real fleet.
 //!
-//! Connections are pooled (a few per coordinator) rather than one per
-//! driver: the coordinators' cost per call is what is measured here.
+//! Heartbeats, registrations and unregistrations go over pooled
+//! connections (a few per coordinator) rather than one per driver: the
+//! coordinators' cost per call is what is measured there. A placement goes
+//! over a connection no other call uses meanwhile and is timed on threads
+//! of its own, as a real driver on its own machine asks
+//! ([`PlacementConnections`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,13 +124,23 @@ pub async fn connect_master(i: usize) -> anyhow::Result<Connection> {
 
 /// A lazily connecting gRPC client; a 200k-partition reply is large.
 pub fn uniffle_client(i: usize) -> anyhow::Result<CoordinatorServerClient<Channel>> {
-    let channel =
+    let channel = uniffle_endpoint(i)?.connect_lazy();
+    Ok(CoordinatorServerClient::new(channel).max_decoding_message_size(1 << 30))
+}
+
+/// A gRPC client connected now, as a driver's is before it asks.
+async fn uniffle_connected(i: usize) -> anyhow::Result<CoordinatorServerClient<Channel>> {
+    let channel = uniffle_endpoint(i)?.connect().await?;
+    Ok(CoordinatorServerClient::new(channel).max_decoding_message_size(1 << 30))
+}
+
+fn uniffle_endpoint(i: usize) -> anyhow::Result<tonic::transport::Endpoint> {
+    Ok(
         tonic::transport::Endpoint::from_shared(format!("http://{}", coordinators::uniffle(i)))?
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .connect_lazy();
-    Ok(CoordinatorServerClient::new(channel).max_decoding_message_size(1 << 30))
+            .tcp_nodelay(true),
+    )
 }
 
 /// What a placement named: partitions per worker (Celeborn unique id or
@@ -165,7 +179,11 @@ pub async fn request_slots(
         )
         .await?;
     let took = started.elapsed();
-    let slots: PbRequestSlotsResponse = decode(&reply)?;
+    // Decoding 10^5 locations takes milliseconds: off the runtime, so that
+    // it does not delay the timing of the other drivers' calls.
+    let slots: PbRequestSlotsResponse = tokio::task::spawn_blocking(move || decode(&reply))
+        .await
+        .context("decoding the slot reply")??;
     ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
     ensure!(
         slots.worker_resource.is_empty(),
@@ -356,12 +374,45 @@ struct Ctx {
     fleet: Arc<SimFleet>,
     tally: Arc<Tally>,
     slots: Vec<Mutex<AppSlot>>,
+    placing: PlacementConnections,
     cancel: CancellationToken,
 }
 
 pub struct Drivers {
     ctx: Arc<Ctx>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    _placements: PlacementRuntime,
+}
+
+/// The threads placements are asked and timed on, apart from the
+/// heartbeats of the thousand simulated workers and drivers: in a real
+/// fleet the driver that asks runs on its own machine, and a burst of
+/// other simulated calls must not delay when its reply is seen.
+struct PlacementRuntime(Option<tokio::runtime::Runtime>);
+
+impl PlacementRuntime {
+    fn new() -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("placements")
+            .enable_all()
+            .build()
+            .context("the placements' runtime")?;
+        Ok(PlacementRuntime(Some(rt)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("running until dropped").handle()
+    }
+}
+
+impl Drop for PlacementRuntime {
+    /// Dropped from async code: a runtime may not block there.
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 fn protocol_of(slot: usize) -> Protocol {
@@ -374,26 +425,32 @@ fn protocol_of(slot: usize) -> Protocol {
 
 impl Drivers {
     /// Starts the population (spread over one heartbeat interval) and the
-    /// shuffle stream.
+    /// shuffle stream, whose placements run on their own threads.
     pub fn start(
         settings: DriverSettings,
         clients: Arc<Clients>,
         fleet: Arc<SimFleet>,
         tally: Arc<Tally>,
-    ) -> Drivers {
+    ) -> anyhow::Result<Drivers> {
+        let placements = PlacementRuntime::new()?;
         let ctx = Arc::new(Ctx {
             slots: (0..settings.apps).map(|_| Mutex::default()).collect(),
             settings,
             clients: tokio::sync::RwLock::new(clients),
             fleet,
             tally,
+            placing: PlacementConnections::default(),
             cancel: CancellationToken::new(),
         });
         let mut tasks: Vec<_> = (0..ctx.settings.apps)
             .map(|slot| tokio::spawn(app_slot(ctx.clone(), slot)))
             .collect();
-        tasks.push(tokio::spawn(shuffle_stream(ctx.clone())));
-        Drivers { ctx, tasks }
+        tasks.push(placements.handle().spawn(shuffle_stream(ctx.clone())));
+        Ok(Drivers {
+            ctx,
+            tasks,
+            _placements: placements,
+        })
     }
 
     /// New connections to master `i` for every later call.
@@ -601,6 +658,54 @@ async fn shuffle_stream(ctx: Arc<Ctx>) {
     }
 }
 
+/// Connections that placements are asked over, each used by one call at a
+/// time as a driver uses its own, and kept open between calls as a driver
+/// keeps its connection from registration on. A pooled connection shared
+/// with other calls would make a reply queue behind theirs, which no real
+/// driver sees; a fresh one per call would pay a cold socket's growth on
+/// every 2 MB reply, which no real driver pays either.
+#[derive(Default)]
+struct PlacementConnections {
+    masters: [Mutex<Vec<Connection>>; COUNT],
+    uniffle: [Mutex<Vec<CoordinatorServerClient<Channel>>>; COUNT],
+}
+
+impl PlacementConnections {
+    /// One placement on coordinator `i` (1-based); the connection goes
+    /// back to the pool only when the call succeeded.
+    async fn place_on(
+        &self,
+        i: usize,
+        protocol: Protocol,
+        app: &str,
+        shuffle: i32,
+        size: i32,
+    ) -> anyhow::Result<(Duration, Placement)> {
+        match protocol {
+            Protocol::Celeborn => {
+                let idle = self.masters[i - 1].lock().pop();
+                let master = match idle {
+                    Some(c) => c,
+                    None => connect_master(i).await?,
+                };
+                let r = request_slots(&master, app, shuffle, size).await?;
+                self.masters[i - 1].lock().push(master);
+                Ok(r)
+            }
+            Protocol::Uniffle => {
+                let idle = self.uniffle[i - 1].lock().pop();
+                let client = match idle {
+                    Some(c) => c,
+                    None => uniffle_connected(i).await?,
+                };
+                let r = assignments(client.clone(), app, shuffle, size, -1).await?;
+                self.uniffle[i - 1].lock().push(client);
+                Ok(r)
+            }
+        }
+    }
+}
+
 /// One shuffle of a random live application: placement, timed; the
 /// partitions go onto the simulated workers' load; after the shuffle's
 /// life they leave (and a Celeborn driver unregisters it).
@@ -616,13 +721,9 @@ async fn one_shuffle(ctx: &Arc<Ctx>, permit: tokio::sync::OwnedSemaphorePermit) 
         (s.app.clone(), s.next_shuffle)
     };
     let size = draw_size(&ctx.settings.sizes);
-    let clients = ctx.clients.read().await.clone();
     let mut outcome = Err(anyhow::anyhow!("no coordinator"));
     for i in 1..=COUNT {
-        outcome = match protocol {
-            Protocol::Celeborn => request_slots(clients.master(i), &app, shuffle, size).await,
-            Protocol::Uniffle => assignments(clients.uniffle(i), &app, shuffle, size, -1).await,
-        };
+        outcome = ctx.placing.place_on(i, protocol, &app, shuffle, size).await;
         if outcome.is_ok() {
             break;
         }

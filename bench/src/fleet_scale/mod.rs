@@ -209,7 +209,7 @@ async fn phases(
         clients,
         fleet.clone(),
         tally.clone(),
-    );
+    )?;
     // The population starts over one driver heartbeat interval.
     tokio::time::sleep(Duration::from_secs(args.app_heartbeat)).await;
     let loaded = measure(coords, Duration::from_secs(args.duration)).await?;
