@@ -666,8 +666,8 @@ async fn shuffle_stream(ctx: Arc<Ctx>) {
 /// every 2 MB reply, which no real driver pays either.
 #[derive(Default)]
 struct PlacementConnections {
-    masters: [Mutex<Vec<Connection>>; COUNT],
-    uniffle: [Mutex<Vec<CoordinatorServerClient<Channel>>>; COUNT],
+    masters: [Idle<Connection>; COUNT],
+    uniffle: [Idle<CoordinatorServerClient<Channel>>; COUNT],
 }
 
 impl PlacementConnections {
@@ -683,26 +683,48 @@ impl PlacementConnections {
     ) -> anyhow::Result<(Duration, Placement)> {
         match protocol {
             Protocol::Celeborn => {
-                let idle = self.masters[i - 1].lock().pop();
-                let master = match idle {
-                    Some(c) => c,
-                    None => connect_master(i).await?,
-                };
-                let r = request_slots(&master, app, shuffle, size).await?;
-                self.masters[i - 1].lock().push(master);
-                Ok(r)
+                let pool = &self.masters[i - 1];
+                let master = pool.take(connect_master(i)).await?;
+                let placed = request_slots(&master, app, shuffle, size).await?;
+                pool.give_back(master);
+                Ok(placed)
             }
             Protocol::Uniffle => {
-                let idle = self.uniffle[i - 1].lock().pop();
-                let client = match idle {
-                    Some(c) => c,
-                    None => uniffle_connected(i).await?,
-                };
-                let r = assignments(client.clone(), app, shuffle, size, -1).await?;
-                self.uniffle[i - 1].lock().push(client);
-                Ok(r)
+                let pool = &self.uniffle[i - 1];
+                let client = pool.take(uniffle_connected(i)).await?;
+                let placed = assignments(client.clone(), app, shuffle, size, -1).await?;
+                pool.give_back(client);
+                Ok(placed)
             }
         }
+    }
+}
+
+/// Idle connections to one coordinator.
+struct Idle<C>(Mutex<Vec<C>>);
+
+impl<C> Default for Idle<C> {
+    fn default() -> Self {
+        Idle(Mutex::new(Vec::new()))
+    }
+}
+
+impl<C> Idle<C> {
+    /// An idle connection, or a new one from `connect`.
+    async fn take(
+        &self,
+        connect: impl std::future::Future<Output = anyhow::Result<C>>,
+    ) -> anyhow::Result<C> {
+        // Popped before awaiting: the lock is not held across a connect.
+        let idle = self.0.lock().pop();
+        match idle {
+            Some(c) => Ok(c),
+            None => connect.await,
+        }
+    }
+
+    fn give_back(&self, c: C) {
+        self.0.lock().push(c);
     }
 }
 
