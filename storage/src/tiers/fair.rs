@@ -60,6 +60,14 @@ impl Drop for Turn {
 }
 
 impl Turn {
+    /// Charges `app` the `bytes` this place moved, before the place is
+    /// handed on (see [`FairGate::charge`]).
+    pub(crate) fn charge(&self, app: &AppId, bytes: u64) {
+        if let Some(gate) = &self.gate {
+            gate.charge(app, bytes);
+        }
+    }
+
     /// Takes the place out without handing it on (it goes back to `free`).
     fn disarm(mut self) {
         self.gate = None;

@@ -75,6 +75,14 @@ impl Health {
         }
     }
 
+    /// The error of a call refused because the disk is hung.
+    pub(crate) fn hung_error(&self, io_timeout: Duration) -> std::io::Error {
+        std::io::Error::other(format!(
+            "disk {} is hung: a call did not return within {io_timeout:?}",
+            self.dir.display()
+        ))
+    }
+
     pub(crate) fn get(&self) -> DiskHealth {
         DiskHealth::from_u8(self.state.load(Ordering::Acquire))
     }

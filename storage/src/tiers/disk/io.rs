@@ -4,7 +4,7 @@
 //! an inner one, as OpenDAL's layers wrap an accessor:
 //!
 //! ```text
-//! Metrics<Throttle<Timeout>>   DiskCalls: awaited on the runtime
+//! Metrics<Throttle<Limit<Timeout>>>   DiskCalls: awaited on the runtime
 //!   Timeout ── Arc<dyn DiskIo> moved onto the blocking pool, bounded
 //!     [Faults<Fs>] | Fs        DiskIo: runs on an I/O thread
 //! ```

@@ -12,7 +12,9 @@
 //! - [`metrics`]: counts the bytes written and read (its `DiskFigures`
 //!   holds every counter of the disk, which the other layers feed);
 //! - [`throttle`]: holds writes and reads until the rate limits let their
-//!   bytes pass;
+//!   bytes pass, small ones first;
+//! - [`limit`]: the write and read concurrency slots, taken only once the
+//!   throttle let a request through;
 //! - [`timeout`]: runs each blocking call on tokio's blocking pool, never on
 //!   a runtime thread, and waits at most `io_timeout`; a call that outlives
 //!   it marks the disk hung (see [`health`]);
@@ -20,7 +22,7 @@
 //! - [`fs`]: the files themselves, buffered or O_DIRECT ([`direct`]).
 //!
 //! This file keeps what the store asks of a disk: placement state (health,
-//! capacity), concurrency slots, and the decisions of a hung or faulted
+//! capacity) and the decisions of a hung or faulted
 //! disk. A hung disk takes no writes and no reads, so hung threads do not
 //! pile up, until every stuck call returned; then it is faulted and a probe
 //! decides, as after an error.
@@ -32,6 +34,7 @@ pub mod fault;
 mod fs;
 mod health;
 mod io;
+mod limit;
 mod metrics;
 mod throttle;
 mod timeout;
@@ -43,7 +46,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tokio::sync::Semaphore;
 
 use crate::block::Block;
 use crate::config::DiskConfig;
@@ -52,6 +54,7 @@ use fs::Fs;
 pub use health::DiskHealth;
 use health::Health;
 use io::{DiskCalls, DiskIo, IndexAppend, ReadAt, SegmentWrite, Space};
+use limit::Limit;
 use metrics::{DiskFigures, Metrics};
 use throttle::Throttle;
 use timeout::Timeout;
@@ -88,8 +91,6 @@ pub(crate) struct LocalDisk {
     /// Bytes of shuffle data this disk holds.
     pub(crate) stored_bytes: AtomicU64,
     figures: Arc<DiskFigures>,
-    write_slots: Semaphore,
-    read_slots: Semaphore,
     /// This disk's I/O, through its layers.
     calls: Layers,
     config: DiskConfig,
@@ -99,7 +100,7 @@ pub(crate) struct LocalDisk {
 }
 
 /// The layers of a disk's I/O, outermost first.
-type Layers = Metrics<Throttle<Timeout>>;
+type Layers = Metrics<Throttle<Limit<Timeout>>>;
 
 impl LocalDisk {
     pub(crate) fn open(
@@ -133,8 +134,6 @@ impl LocalDisk {
             available_bytes: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             figures,
-            write_slots: Semaphore::new(config.write_concurrency),
-            read_slots: Semaphore::new(config.read_concurrency),
             calls,
             config: config.clone(),
             direct,
@@ -280,15 +279,6 @@ impl LocalDisk {
         index: Bytes,
         direct: Option<Option<Bytes>>,
     ) -> std::io::Result<(Duration, Option<Bytes>)> {
-        let _slot = self
-            .write_slots
-            .acquire()
-            .await
-            .map_err(|_| std::io::Error::other("disk closed"))?;
-        if self.health() == DiskHealth::Hung {
-            // Placed before the disk hung, queued behind the call that did.
-            return Err(self.hung_error());
-        }
         let written = self
             .calls
             .write(SegmentWrite {
@@ -341,11 +331,6 @@ impl LocalDisk {
             // It would hang too, holding one more thread: fail at once.
             return Err(self.hung_error());
         }
-        let _slot = self
-            .read_slots
-            .acquire()
-            .await
-            .map_err(|_| std::io::Error::other("disk closed"))?;
         self.calls
             .read(ReadAt {
                 path,
@@ -357,16 +342,12 @@ impl LocalDisk {
     }
 
     fn hung_error(&self) -> std::io::Error {
-        std::io::Error::other(format!(
-            "disk {} is hung: a call did not return within {:?}",
-            self.dir.display(),
-            self.config.io_timeout
-        ))
+        self.health.hung_error(self.config.io_timeout)
     }
 }
 
 /// A disk's layers: the raw calls (behind fault injection when a test asked
-/// for it) bounded by the timeout, then throttled, then counted.
+/// for it) bounded by the timeout, limited in number, throttled, counted.
 fn layers(
     dir: &Path,
     config: &DiskConfig,
@@ -388,8 +369,15 @@ fn layers(
         health.clone(),
         figures.clone(),
     );
-    let throttle = Throttle::new(
+    let limit = Limit::new(
         timeout,
+        config.write_concurrency,
+        config.read_concurrency,
+        health.clone(),
+        config.io_timeout,
+    );
+    let throttle = Throttle::new(
+        limit,
         config.write_rate_limit.map(|r| r.as_u64()),
         config.read_rate_limit.map(|r| r.as_u64()),
         figures.clone(),

@@ -1,52 +1,113 @@
 //! Per-disk byte-rate throttles (`disks.write_rate_limit`,
-//! `disks.read_rate_limit`): a token bucket in bytes per second, and the
-//! [`Throttle`] layer that makes writes and reads wait on it before they
-//! take an I/O thread.
+//! `disks.read_rate_limit`), and the [`Throttle`] layer that makes writes
+//! and reads wait on them before they take an I/O thread.
+//!
+//! A throttle stands for a disk of that rate shared by everyone who uses
+//! it, and it serves small requests first, as a disk's queue would serve a
+//! short request between a long one's pieces: a request of at most one
+//! step (10 ms of the rate) passes at once, counted against the rate as
+//! debt, while the debt is under 100 ms of the rate; larger ones pass in
+//! steps of 10 ms, each once the debt is paid, concurrent large requests
+//! taking their steps in turn (sharing the rate as a disk shares its
+//! time). A big application's 16 MiB flush therefore cannot sit in front
+//! of a small one's 40 KiB flush for the quarter second the big one takes,
+//! nor in front of another's 1 MiB flush for all of it, and the rate over
+//! any second still holds. Waits are computed, not polled on a tick: a
+//! tick of 100 ms (as a token bucket's refill) made every small request
+//! behind a busy disk wait 50 ms on average.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::time::Instant;
-
-use leaky_bucket::RateLimiter;
 
 use super::io::{DiskCalls, DiskOp, ReadAt, SegmentWrite, Space, Written};
 use super::metrics::DiskFigures;
 
-/// Tokens are refilled ten times a second; one acquire takes at most one
-/// second's worth so a large write waits in several steps.
+/// A large request's step, and the most a small request may be.
+const STEP: Duration = Duration::from_millis(10);
+/// How far small requests may run ahead of the rate before they wait too.
+const MAX_DEBT: Duration = Duration::from_millis(100);
+
+/// Bytes per second, with a burst of one second's worth after idle time.
 pub(crate) struct ByteThrottle {
-    limiter: RateLimiter,
-    max_step: usize,
+    rate: f64,
+    step: u64,
+    bucket: Mutex<Bucket>,
+    /// Large requests take their steps in turn, in arrival order (tokio's
+    /// mutex is FIFO): each step goes to the back of the line.
+    large: tokio::sync::Mutex<()>,
+}
+
+/// Bytes that may pass now (negative: debt), as of `at`.
+struct Bucket {
+    balance: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn refill(&mut self, rate: f64) {
+        let now = Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() * rate;
+        self.balance = (self.balance + earned).min(rate);
+        self.at = now;
+    }
 }
 
 impl ByteThrottle {
     pub(crate) fn new(bytes_per_sec: u64) -> Self {
-        let per_sec = bytes_per_sec.clamp(1024, usize::MAX as u64) as usize;
-        let refill = (per_sec / 10).max(1);
+        let rate = bytes_per_sec.max(1024) as f64;
         ByteThrottle {
-            limiter: RateLimiter::builder()
-                .max(per_sec)
-                .initial(per_sec)
-                .refill(refill)
-                .interval(Duration::from_millis(100))
-                .build(),
-            max_step: per_sec,
+            rate,
+            step: ((rate * STEP.as_secs_f64()) as u64).max(1),
+            bucket: Mutex::new(Bucket {
+                balance: rate,
+                at: Instant::now(),
+            }),
+            large: tokio::sync::Mutex::new(()),
         }
     }
 
     /// Waits until `bytes` may pass; returns how long it waited.
     pub(crate) async fn acquire(&self, bytes: u64) -> Duration {
         let start = Instant::now();
-        let mut left = bytes as usize;
-        while left > 0 {
-            let step = left.min(self.max_step);
-            self.limiter.acquire(step).await;
-            left -= step;
+        if bytes <= self.step {
+            let max_debt = self.rate * MAX_DEBT.as_secs_f64();
+            self.take(bytes, -max_debt).await;
+        } else {
+            let mut left = bytes;
+            while left > 0 {
+                let step = left.min(self.step);
+                // Each step in turn: concurrent large requests share the
+                // rate, as a disk shares its time between them.
+                let _turn = self.large.lock().await;
+                self.take(step, 0.0).await;
+                left -= step;
+            }
         }
         start.elapsed()
+    }
+
+    /// Takes `bytes` once the balance is above `floor`, waiting as long as
+    /// the rate needs to bring it there.
+    async fn take(&self, bytes: u64, floor: f64) {
+        loop {
+            let short = {
+                let mut b = self.bucket.lock();
+                b.refill(self.rate);
+                if b.balance >= floor {
+                    b.balance -= bytes as f64;
+                    return;
+                }
+                floor - b.balance
+            };
+            // At least a millisecond: the timer's resolution.
+            let wait = Duration::from_secs_f64(short / self.rate).max(Duration::from_millis(1));
+            tokio::time::sleep(wait).await;
+        }
     }
 }
 
@@ -124,6 +185,75 @@ mod tests {
     }
 
     const MIB: u64 = 1024 * 1024;
+
+    /// A small request behind a large one on a busy disk passes at once,
+    /// not after the large one's bytes; the large one pays for it, so the
+    /// rate over the whole still holds.
+    #[tokio::test(start_paused = true)]
+    async fn small_requests_pass_before_a_large_one() {
+        let t = Arc::new(ByteThrottle::new(10 * MIB));
+        // Spend the burst: the disk is busy from here on.
+        t.acquire(10 * MIB).await;
+        let start = Instant::now();
+        let big = {
+            let t = t.clone();
+            tokio::spawn(async move { t.acquire(5 * MIB).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let small = t.acquire(40 * 1024).await;
+        assert!(small <= Duration::from_millis(1), "waited {small:?}");
+        let big = big.await.unwrap();
+        assert!(big >= Duration::from_millis(500), "{big:?}");
+        // 5 MiB and 40 KiB at 10 MiB/s: the large one ends about 4 ms
+        // later for the small one, and no earlier than the rate allows.
+        assert!(
+            start.elapsed() >= Duration::from_millis(503),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            start.elapsed() <= Duration::from_millis(530),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    /// Two large requests share the rate step by step: a 1 MiB one that
+    /// comes after a 5 MiB one ends long before it, at about half the rate.
+    #[tokio::test(start_paused = true)]
+    async fn large_requests_take_their_steps_in_turn() {
+        let t = Arc::new(ByteThrottle::new(10 * MIB));
+        t.acquire(10 * MIB).await;
+        let start = Instant::now();
+        let first = {
+            let t = t.clone();
+            tokio::spawn(async move { t.acquire(5 * MIB).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = t.acquire(MIB).await;
+        assert!(first.await.unwrap() >= Duration::from_millis(600));
+        // 1 MiB at half of 10 MiB/s: about 200 ms, not the 450 ms left of
+        // the first request.
+        assert!(second >= Duration::from_millis(150), "{second:?}");
+        assert!(second <= Duration::from_millis(260), "{second:?}");
+        assert!(start.elapsed() >= Duration::from_millis(600));
+    }
+
+    /// Small requests alone cannot outrun the rate: past 100 ms of debt
+    /// they wait too.
+    #[tokio::test(start_paused = true)]
+    async fn small_requests_still_keep_the_rate() {
+        let t = ByteThrottle::new(10 * MIB);
+        t.acquire(10 * MIB).await;
+        let start = Instant::now();
+        // 2 MiB in 64 KiB requests: 200 ms at the rate.
+        for _ in 0..32 {
+            t.acquire(64 * 1024).await;
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(90), "{took:?}");
+        assert!(took <= Duration::from_millis(220), "{took:?}");
+    }
 
     /// A write waits for its bytes past the first second's burst, before it
     /// reaches the disk, and the wait is reported and counted.
