@@ -12,7 +12,8 @@
 //! time). A big application's 16 MiB flush therefore cannot sit in front
 //! of a small one's 40 KiB flush for the quarter second the big one takes,
 //! nor in front of another's 1 MiB flush for all of it, and the rate over
-//! any second still holds. Waits are computed, not polled on a tick: a
+//! any second still holds. A large step that waited 100 ms competes with
+//! the small requests as one of them, so a stream of them cannot starve it. Waits are computed, not polled on a tick: a
 //! tick of 100 ms (as a token bucket's refill) made every small request
 //! behind a busy disk wait 50 ms on average.
 
@@ -75,8 +76,7 @@ impl ByteThrottle {
     pub(crate) async fn acquire(&self, bytes: u64) -> Duration {
         let start = Instant::now();
         if bytes <= self.step {
-            let max_debt = self.rate * MAX_DEBT.as_secs_f64();
-            self.take(bytes, -max_debt).await;
+            self.take(bytes, true).await;
         } else {
             let mut left = bytes;
             while left > 0 {
@@ -84,17 +84,25 @@ impl ByteThrottle {
                 // Each step in turn: concurrent large requests share the
                 // rate, as a disk shares its time between them.
                 let _turn = self.large.lock().await;
-                self.take(step, 0.0).await;
+                self.take(step, false).await;
                 left -= step;
             }
         }
         start.elapsed()
     }
 
-    /// Takes `bytes` once the balance is above `floor`, waiting as long as
-    /// the rate needs to bring it there.
-    async fn take(&self, bytes: u64, floor: f64) {
+    /// Takes `bytes` once the balance allows, waiting as long as the rate
+    /// needs to bring it there. A small request may take it into debt (down
+    /// to [`MAX_DEBT`]); a large step waits for the debt to be paid, unless
+    /// it has waited [`MAX_DEBT`] already: then it may take the balance into
+    /// debt as a small one, so that a steady stream of small requests
+    /// delays large ones but cannot starve them.
+    async fn take(&self, bytes: u64, small: bool) {
+        let max_debt = self.rate * MAX_DEBT.as_secs_f64();
+        let start = Instant::now();
         loop {
+            let patient = small || start.elapsed() >= MAX_DEBT;
+            let floor = if patient { -max_debt } else { 0.0 };
             let short = {
                 let mut b = self.bucket.lock();
                 b.refill(self.rate);
@@ -104,9 +112,12 @@ impl ByteThrottle {
                 }
                 floor - b.balance
             };
+            let mut wait = Duration::from_secs_f64(short / self.rate);
+            if !patient {
+                wait = wait.min(MAX_DEBT.saturating_sub(start.elapsed()));
+            }
             // At least a millisecond: the timer's resolution.
-            let wait = Duration::from_secs_f64(short / self.rate).max(Duration::from_millis(1));
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
         }
     }
 }
@@ -237,6 +248,35 @@ mod tests {
         assert!(second >= Duration::from_millis(150), "{second:?}");
         assert!(second <= Duration::from_millis(260), "{second:?}");
         assert!(start.elapsed() >= Duration::from_millis(600));
+    }
+
+    /// A steady stream of small requests delays a large one but does not
+    /// starve it: after waiting 100 ms its steps compete with them.
+    #[tokio::test(start_paused = true)]
+    async fn small_requests_do_not_starve_a_large_one() {
+        let t = Arc::new(ByteThrottle::new(10 * MIB));
+        t.acquire(10 * MIB).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut streams = Vec::new();
+        for _ in 0..4 {
+            let (t, stop) = (t.clone(), stop.clone());
+            streams.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    t.acquire(64 * 1024).await;
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // 1 MiB is 100 ms of the rate alone; beside the streams it gets a
+        // share, not nothing.
+        let waited = tokio::time::timeout(Duration::from_secs(5), t.acquire(MIB))
+            .await
+            .expect("the large request was starved");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in streams {
+            s.await.unwrap();
+        }
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
     }
 
     /// Small requests alone cannot outrun the rate: past 100 ms of debt
