@@ -119,6 +119,8 @@ pub struct DiskConfig {
     /// Concurrent reads per disk.
     pub read_concurrency: usize,
     /// Write bandwidth limit per disk, bytes per second; off when absent.
+    /// Small writes pass first and large ones share it in 10 ms steps (see
+    /// docs/operations.md, "Sharing a node").
     pub write_rate_limit: Option<ByteSize>,
     /// Read bandwidth limit per disk, bytes per second; off when absent.
     pub read_rate_limit: Option<ByteSize>,
