@@ -661,16 +661,23 @@ mod tests {
         }
     }
 
+    /// A store on one disk under `dir` with one flush slot, and no free
+    /// space kept.
+    fn one_slot_disk(dir: &Path) -> StoreConfig {
+        let mut c = StoreConfig::default();
+        c.disks.dirs = vec![dir.join("disk0")];
+        c.disks.write_concurrency = 1;
+        c.disks.min_free = ByteSize::b(0);
+        c.disks.resume_margin = ByteSize::b(0);
+        c
+    }
+
     /// A commit's small flush takes a place in the small-flush lane: it is
     /// durable while a big flush holds the disk's one flush slot.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_small_flush_does_not_wait_for_a_big_ones_write() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = StoreConfig::default();
-        c.disks.dirs = vec![dir.path().join("disk0")];
-        c.disks.write_concurrency = 1;
-        c.disks.min_free = ByteSize::b(0);
-        c.disks.resume_margin = ByteSize::b(0);
+        let mut c = one_slot_disk(dir.path());
         // A second's burst, then the big flush's last 2 MiB take 2 s.
         c.disks.write_rate_limit = Some(ByteSize::mib(1));
         let store = Store::open(c).await.unwrap();
@@ -704,11 +711,7 @@ mod tests {
     #[tokio::test]
     async fn waiting_flushes_hold_no_flush_slot() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = StoreConfig::default();
-        c.disks.dirs = vec![dir.path().join("disk0")];
-        c.disks.write_concurrency = 1;
-        c.disks.min_free = ByteSize::b(0);
-        c.disks.resume_margin = ByteSize::b(0);
+        let mut c = one_slot_disk(dir.path());
         c.disks.error_cooldown = Duration::from_millis(50);
         c.disks.health_check_interval = Duration::from_millis(20);
         let faults = Arc::new(Failing(AtomicBool::new(true)));
