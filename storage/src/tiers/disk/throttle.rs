@@ -13,9 +13,10 @@
 //! of a small one's 40 KiB flush for the quarter second the big one takes,
 //! nor in front of another's 1 MiB flush for all of it, and the rate over
 //! any second still holds. A large step that waited 100 ms competes with
-//! the small requests as one of them, so a stream of them cannot starve it. Waits are computed, not polled on a tick: a
-//! tick of 100 ms (as a token bucket's refill) made every small request
-//! behind a busy disk wait 50 ms on average.
+//! the small requests as one of them, so a stream of them cannot starve
+//! it. Waits are computed, not polled on a tick: a tick of 100 ms (as a
+//! token bucket's refill) made every small request behind a busy disk wait
+//! 50 ms on average.
 
 use std::io;
 use std::sync::Arc;
@@ -197,6 +198,15 @@ mod tests {
 
     const MIB: u64 = 1024 * 1024;
 
+    /// `t.acquire(bytes)` on a task of its own; resolves to its wait.
+    fn acquire_in_background(
+        t: &Arc<ByteThrottle>,
+        bytes: u64,
+    ) -> tokio::task::JoinHandle<Duration> {
+        let t = t.clone();
+        tokio::spawn(async move { t.acquire(bytes).await })
+    }
+
     /// A small request behind a large one on a busy disk passes at once,
     /// not after the large one's bytes; the large one pays for it, so the
     /// rate over the whole still holds.
@@ -206,10 +216,7 @@ mod tests {
         // Spend the burst: the disk is busy from here on.
         t.acquire(10 * MIB).await;
         let start = Instant::now();
-        let big = {
-            let t = t.clone();
-            tokio::spawn(async move { t.acquire(5 * MIB).await })
-        };
+        let big = acquire_in_background(&t, 5 * MIB);
         tokio::time::sleep(Duration::from_millis(50)).await;
         let small = t.acquire(40 * 1024).await;
         assert!(small <= Duration::from_millis(1), "waited {small:?}");
@@ -236,10 +243,7 @@ mod tests {
         let t = Arc::new(ByteThrottle::new(10 * MIB));
         t.acquire(10 * MIB).await;
         let start = Instant::now();
-        let first = {
-            let t = t.clone();
-            tokio::spawn(async move { t.acquire(5 * MIB).await })
-        };
+        let first = acquire_in_background(&t, 5 * MIB);
         tokio::time::sleep(Duration::from_millis(50)).await;
         let second = t.acquire(MIB).await;
         assert!(first.await.unwrap() >= Duration::from_millis(600));
