@@ -6,6 +6,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The gateway's allocator: in-process benches (`storage`, `cold`) measure
+/// the memory the node would use, and the simulations (`fleet-scale`'s
+/// thousand workers and drivers) spent ~40 % of their CPU in glibc malloc,
+/// CPU the coordinators under test share on a 2-core machine.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = switchyard_bench::Cli::parse();
     let filter = std::env::var("SWITCHYARD_LOG").unwrap_or_else(|_| "warn".into());

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use super::error::CelebornError;
-use super::fleet::{place, Candidate, Fleet};
+use prost::Message;
+
+use super::fleet::{place, Candidate, Fleet, Slots};
 use super::rpc::{decode, Endpoint};
 use super::slot_reply;
 use super::tags::TagsExpr;
@@ -42,17 +44,36 @@ impl MasterEndpoint {
 
     /// Answers a RequestSlots, counting its failures by status (Celeborn's
     /// RequestSlotsFailed).
-    fn request_slots_counted(&self, r: PbRequestSlots) -> PbRequestSlotsResponse {
-        let reply = self.request_slots(r);
-        if reply.status != StatusCode::Success.as_i32() {
-            let name = u8::try_from(reply.status)
-                .ok()
-                .and_then(StatusCode::from_u8)
-                .map_or("UNKNOWN", |s| s.name());
-            metrics::counter!(SLOT_REQUESTS_FAILED, "status" => name).increment(1);
+    fn answer_request_slots(&self, r: PbRequestSlots) -> TransportMessage {
+        let payload = match self.request_slots(r) {
+            Ok(placement) => {
+                slot_reply::encode(placement.placed, placement.types, placement.packed)
+            }
+            Err(status) => {
+                metrics::counter!(SLOT_REQUESTS_FAILED, "status" => status.name()).increment(1);
+                PbRequestSlotsResponse {
+                    status: status.as_i32(),
+                    ..Default::default()
+                }
+                .encode_to_vec()
+            }
+        };
+        TransportMessage {
+            message_type: MessageType::RequestSlotsResponse as i32,
+            payload: Some(payload.into()),
+            serde_version: None,
         }
-        reply
     }
+}
+
+/// Where a RequestSlots' partitions went, and the form the client reads.
+struct Placement {
+    placed: Vec<(Candidate, Slots)>,
+    /// The storage types the client asked for.
+    types: i32,
+    /// A 0.5+ client asks for the packed form, a fraction of the plain
+    /// one's size for a big shuffle; older ones read only the plain form.
+    packed: bool,
 }
 
 impl Endpoint for MasterEndpoint {
@@ -80,14 +101,9 @@ impl Endpoint for MasterEndpoint {
                 let ask: PbRequestSlots = decode(&tm)?;
                 // Placing and encoding 10^5 partitions takes milliseconds:
                 // off the runtime, so other calls keep being answered.
-                tokio::task::spawn_blocking(move || {
-                    TransportMessage::new(
-                        MessageType::RequestSlotsResponse,
-                        &self.request_slots_counted(ask),
-                    )
-                })
-                .await
-                .map_err(|e| CelebornError::Placement(e.to_string()))
+                tokio::task::spawn_blocking(move || self.answer_request_slots(ask))
+                    .await
+                    .map_err(|e| CelebornError::Placement(e.to_string()))
             }
             Some(MessageType::CheckQuota) => Ok(TransportMessage::new(
                 MessageType::CheckQuotaResponse,
@@ -282,7 +298,7 @@ impl MasterEndpoint {
 }
 
 impl MasterEndpoint {
-    fn request_slots(&self, r: PbRequestSlots) -> PbRequestSlotsResponse {
+    fn request_slots(&self, r: PbRequestSlots) -> Result<Placement, StatusCode> {
         let app = super::worker::stored_app(&r.application_id);
         if let Some(user) = user_key(r.user_identifier.as_ref()) {
             self.worker.store.set_app_user(&app, &user);
@@ -290,17 +306,11 @@ impl MasterEndpoint {
         // An application (or user) at its quota gets no more slots.
         if let Err(e) = self.worker.store.check_quota(&app) {
             tracing::warn!(app = %r.application_id, error = %e, "no slots: quota");
-            return PbRequestSlotsResponse {
-                status: StatusCode::SlotNotAvailable.as_i32(),
-                ..Default::default()
-            };
+            return Err(StatusCode::SlotNotAvailable);
         }
         self.fleet.app_seen(&r.application_id);
         let Some(candidates) = self.tagged_workers(&r) else {
-            return PbRequestSlotsResponse {
-                status: StatusCode::WorkerExcluded.as_i32(),
-                ..Default::default()
-            };
+            return Err(StatusCode::WorkerExcluded);
         };
         if r.should_replicate && candidates.len() < 2 {
             tracing::warn!(app = %r.application_id, workers = candidates.len(), "replication asked, but fewer than two workers take partitions: primaries only");
@@ -313,10 +323,7 @@ impl MasterEndpoint {
         );
         if placed.is_empty() {
             tracing::warn!(app = %r.application_id, shuffle = r.shuffle_id, "no slots: no worker takes partitions");
-            return PbRequestSlotsResponse {
-                status: StatusCode::SlotNotAvailable.as_i32(),
-                ..Default::default()
-            };
+            return Err(StatusCode::SlotNotAvailable);
         }
         let workers = placed
             .iter()
@@ -326,22 +333,11 @@ impl MasterEndpoint {
         self.fleet
             .shuffle_registered(&r.application_id, r.shuffle_id);
         tracing::info!(app = %r.application_id, shuffle = r.shuffle_id, partitions = r.partition_id_list.len(), workers, spares, "slots assigned");
-        // A 0.5+ client asks for the packed form, a fraction of the plain
-        // one's size for a big shuffle; older ones read only the plain form.
-        let types = r.available_storage_types;
-        if r.packed {
-            PbRequestSlotsResponse {
-                status: StatusCode::Success.as_i32(),
-                packed_worker_resource: slot_reply::packed_worker_resources(placed, types),
-                ..Default::default()
-            }
-        } else {
-            PbRequestSlotsResponse {
-                status: StatusCode::Success.as_i32(),
-                worker_resource: slot_reply::worker_resources(placed, types),
-                ..Default::default()
-            }
-        }
+        Ok(Placement {
+            placed,
+            types: r.available_storage_types,
+            packed: r.packed,
+        })
     }
 }
 

@@ -4,6 +4,8 @@
 //! - `error`: [`CelebornError`], each failure with the status the client sees;
 //! - `rpc`: envelopes, the endpoint verifier, Java-serialized replies;
 //! - `master`: `MasterEndpoint` (applications, slots, quota, unregister);
+//! - `slot_reply`: a RequestSlots reply's workers, plain or packed, and
+//!   `packed_wire`, the packed form written straight to protobuf bytes;
 //! - `tags`: which workers a client's tags expression selects;
 //! - `worker`: `WorkerEndpoint` (reserve, commit, destroy) and the push and
 //!   fetch ports, all over the storage crate's block API.
@@ -13,6 +15,7 @@ pub mod error;
 pub mod fleet;
 pub mod master;
 pub mod node;
+pub mod packed_wire;
 pub mod rpc;
 pub mod slot_reply;
 pub mod tags;

@@ -12,7 +12,11 @@
 
 use std::collections::HashMap;
 
+use prost::Message;
+use rustc_hash::FxHashMap;
+
 use super::fleet::{Candidate, Slots};
+use super::packed_wire::{PackedWorker, ReplyWriter};
 use super::rpc::STORAGE_TYPE_HDD;
 use super::worker::WorkerAddr;
 use crate::proto::*;
@@ -24,20 +28,25 @@ const REPLICA: i32 = pb_partition_location::Mode::Replica as i32;
 
 /// Where each partition's primary and replica went, as indexes into the
 /// placement; empty without replication (no location has a peer then).
+/// Hashed with Fx: 2×10^5 integer keys per reply of a big shuffle, where
+/// SipHash's cost was a third of the reply's.
 struct Peers {
-    primary_at: HashMap<i32, usize>,
-    replica_at: HashMap<i32, usize>,
+    primary_at: FxHashMap<i32, usize>,
+    replica_at: FxHashMap<i32, usize>,
 }
 
 impl Peers {
     fn of(placed: &[(Candidate, Slots)]) -> Peers {
         let mut peers = Peers {
-            primary_at: HashMap::new(),
-            replica_at: HashMap::new(),
+            primary_at: FxHashMap::default(),
+            replica_at: FxHashMap::default(),
         };
         if placed.iter().all(|(_, s)| s.replicas.is_empty()) {
             return peers;
         }
+        let partitions = placed.iter().map(|(_, s)| s.primaries.len()).sum();
+        peers.primary_at.reserve(partitions);
+        peers.replica_at.reserve(partitions);
         for (w, (_, slots)) in placed.iter().enumerate() {
             peers
                 .primary_at
@@ -118,38 +127,42 @@ pub fn worker_resources(
         .collect()
 }
 
-/// The packed form (`packedWorkerResource`): by worker unique id, the
-/// worker's primaries then replicas, followed by their peers, as columns.
-pub fn packed_worker_resources(
-    placed: Vec<(Candidate, Slots)>,
-    types: i32,
-) -> HashMap<String, PbPackedWorkerResource> {
-    let peers = Peers::of(&placed);
+/// The reply's payload, a `PbRequestSlotsResponse` with status SUCCESS (0,
+/// absent on the wire), in the form the client asked for.
+pub fn encode(placed: Vec<(Candidate, Slots)>, types: i32, packed: bool) -> Vec<u8> {
+    if !packed {
+        let reply = PbRequestSlotsResponse {
+            worker_resource: worker_resources(placed, types),
+            ..Default::default()
+        };
+        return reply.encode_to_vec();
+    }
+    let mut writer = ReplyWriter::new(types);
+    for_each_packed(&placed, |worker| writer.push(&worker));
+    writer.finish()
+}
+
+/// The packed form (`packedWorkerResource`): for each worker of the
+/// placement, its primaries then replicas, followed by their peers.
+fn for_each_packed(placed: &[(Candidate, Slots)], mut f: impl FnMut(PackedWorker)) {
+    let peers = Peers::of(placed);
     let ids: Vec<String> = placed.iter().map(|(w, _)| w.addr.unique_id()).collect();
-    placed
-        .iter()
-        .enumerate()
-        .map(|(w, (candidate, slots))| {
-            let resource = PbPackedWorkerResource {
-                location_pairs: Some(pack(w, slots, &peers, &ids, types)),
-                network_location: candidate.rack.clone(),
-            };
-            (ids[w].clone(), resource)
-        })
-        .collect()
+    for (w, (candidate, slots)) in placed.iter().enumerate() {
+        let mut packed = pack(w, slots, &peers, &ids);
+        packed.network_location = &candidate.rack;
+        f(packed);
+    }
 }
 
 /// One worker's locations as `PbSerDeUtils.fromPbPackedPartitionLocationsPair`
 /// reads them: the first `inputLocationSize` entries are the worker's own,
-/// the rest their peers elsewhere, each entry's peer by index. Every column
-/// is as long as `ids` (the reader indexes each one).
-fn pack(
+/// the rest their peers elsewhere, each entry's peer by index.
+fn pack<'a>(
     worker: usize,
     slots: &Slots,
     peers: &Peers,
-    unique_ids: &[String],
-    types: i32,
-) -> PbPackedPartitionLocationsPair {
+    unique_ids: &'a [String],
+) -> PackedWorker<'a> {
     let own = slots
         .primaries
         .iter()
@@ -168,38 +181,26 @@ fn pack(
         }
     }
     // Workers named here, this one first.
-    let mut worker_index: HashMap<usize, i32> = HashMap::from([(worker, 0)]);
-    let mut worker_ids_set = vec![unique_ids[worker].clone()];
+    let mut worker_index: FxHashMap<usize, i32> = FxHashMap::default();
+    worker_index.insert(worker, 0);
+    let mut worker_ids_set = vec![unique_ids[worker].as_str()];
     let mut worker_ids = Vec::with_capacity(entries.len());
     for &(_, _, at) in &entries {
         let index = *worker_index.entry(at).or_insert_with(|| {
-            worker_ids_set.push(unique_ids[at].clone());
+            worker_ids_set.push(&unique_ids[at]);
             worker_ids_set.len() as i32 - 1
         });
         worker_ids.push(index);
     }
-    let n = entries.len();
-    let locations = PbPackedPartitionLocations {
+    PackedWorker {
+        id: &unique_ids[worker],
+        network_location: "",
         ids: entries.iter().map(|e| e.0).collect(),
-        epoches: vec![0; n],
+        modes: entries.iter().map(|e| e.1).collect(),
         worker_ids,
         worker_ids_set,
-        map_id_bit_map: vec![Default::default(); n],
-        types: vec![STORAGE_TYPE_HDD; n],
-        // One mount point, none: the client only needs the storage type.
-        mount_points: vec![0; n],
-        mount_points_set: vec![String::new()],
-        final_result: vec![false; n],
-        file_paths: vec![String::new(); n],
-        available_storage_types: vec![types; n],
-        modes: entries.iter().map(|e| e.1).collect(),
-        file_sizes: Vec::new(),
-        chunks_offsets: Vec::new(),
-    };
-    PbPackedPartitionLocationsPair {
-        locations: Some(locations),
         peer_indexes,
-        input_location_size: inputs as i32,
+        inputs: inputs as i32,
     }
 }
 
@@ -211,6 +212,56 @@ mod tests {
 
     fn worker(host: &str, rack: &str) -> Candidate {
         on(rack, w(host, 1, 0))
+    }
+
+    /// The packed reply as the client receives it.
+    fn packed_worker_resources(
+        placed: Vec<(Candidate, Slots)>,
+        types: i32,
+    ) -> HashMap<String, PbPackedWorkerResource> {
+        let reply = PbRequestSlotsResponse::decode(&encode(placed, types, true)[..]).unwrap();
+        assert_eq!(reply.status, 0, "SUCCESS");
+        assert!(reply.worker_resource.is_empty());
+        reply.packed_worker_resource
+    }
+
+    /// The same columns as prost structs, the oracle for the bytes
+    /// `packed_wire` writes by hand.
+    fn packed_by_prost(
+        placed: &[(Candidate, Slots)],
+        types: i32,
+    ) -> HashMap<String, PbPackedWorkerResource> {
+        let mut all = HashMap::new();
+        for_each_packed(placed, |p| {
+            let n = p.ids.len();
+            let locations = PbPackedPartitionLocations {
+                ids: p.ids,
+                epoches: vec![0; n],
+                worker_ids: p.worker_ids,
+                worker_ids_set: p.worker_ids_set.iter().map(|s| s.to_string()).collect(),
+                map_id_bit_map: vec![Default::default(); n],
+                types: vec![STORAGE_TYPE_HDD; n],
+                mount_points: vec![0; n],
+                mount_points_set: vec![String::new()],
+                final_result: vec![false; n],
+                file_paths: vec![String::new(); n],
+                available_storage_types: vec![types; n],
+                modes: p.modes,
+                file_sizes: Vec::new(),
+                chunks_offsets: Vec::new(),
+            };
+            let pair = PbPackedPartitionLocationsPair {
+                locations: Some(locations),
+                peer_indexes: p.peer_indexes,
+                input_location_size: p.inputs,
+            };
+            let resource = PbPackedWorkerResource {
+                location_pairs: Some(pair),
+                network_location: p.network_location.to_string(),
+            };
+            all.insert(p.id.to_string(), resource);
+        });
+        all
     }
 
     /// A location as a client sees it: (worker unique id, partition id,
@@ -303,12 +354,37 @@ mod tests {
     }
 
     #[test]
+    fn hand_written_packed_bytes_decode_to_the_prost_built_reply() {
+        let ids: Vec<i32> = (0..300).chain([70_000, i32::MAX - 1]).collect();
+        for replicate in [false, true] {
+            for types in [0, 1, 2, 7, -1] {
+                let workers = (0..9)
+                    .map(|i| {
+                        worker(
+                            &format!("host-{i}"),
+                            if i % 2 == 0 { "/r1" } else { DEFAULT_RACK },
+                        )
+                    })
+                    .collect();
+                let placed = place(&ids, workers, replicate, true);
+                let oracle = packed_by_prost(&placed, types);
+                assert_eq!(
+                    packed_worker_resources(placed, types),
+                    oracle,
+                    "replicate {replicate} types {types}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn spares_are_listed_with_no_locations() {
         let workers = (0..5)
             .map(|i| worker(&format!("w{i}"), DEFAULT_RACK))
             .collect();
         let placed = place(&[7], workers, false, false);
-        let packed = packed_worker_resources(placed, 2);
+        let packed = packed_worker_resources(placed.clone(), 2);
+        assert_eq!(packed, packed_by_prost(&placed, 2));
         assert_eq!(packed.len(), 5, "the chosen worker and its spares");
         let sizes: Vec<i32> = packed
             .values()
