@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use super::error::CelebornError;
 use prost::Message;
 
+use super::error::CelebornError;
 use super::fleet::{place, Candidate, Fleet, Slots};
 use super::rpc::{decode, Endpoint};
 use super::slot_reply;

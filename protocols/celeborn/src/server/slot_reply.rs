@@ -148,9 +148,7 @@ fn for_each_packed(placed: &[(Candidate, Slots)], mut f: impl FnMut(PackedWorker
     let peers = Peers::of(placed);
     let ids: Vec<String> = placed.iter().map(|(w, _)| w.addr.unique_id()).collect();
     for (w, (candidate, slots)) in placed.iter().enumerate() {
-        let mut packed = pack(w, slots, &peers, &ids);
-        packed.network_location = &candidate.rack;
-        f(packed);
+        f(pack(w, slots, &candidate.rack, &peers, &ids));
     }
 }
 
@@ -160,6 +158,7 @@ fn for_each_packed(placed: &[(Candidate, Slots)], mut f: impl FnMut(PackedWorker
 fn pack<'a>(
     worker: usize,
     slots: &Slots,
+    rack: &'a str,
     peers: &Peers,
     unique_ids: &'a [String],
 ) -> PackedWorker<'a> {
@@ -194,7 +193,7 @@ fn pack<'a>(
     }
     PackedWorker {
         id: &unique_ids[worker],
-        network_location: "",
+        network_location: rack,
         ids: entries.iter().map(|e| e.0).collect(),
         modes: entries.iter().map(|e| e.1).collect(),
         worker_ids,
