@@ -247,7 +247,7 @@ pub async fn run(args: ScaleBenchArgs) -> anyhow::Result<()> {
     );
     let mut server = Server::start(&bin, &args.dir, &settings).await?;
     let ep = endpoints(&server).await?;
-    let probes = load_probes(&ep).await?;
+    let probes = load_probes(&ep, args.samples * args.levels.len()).await?;
     let heartbeats = Heartbeats::start(ep.clone(), Duration::from_secs(args.interval_secs));
     heartbeats
         .apps
@@ -262,6 +262,7 @@ pub async fn run(args: ScaleBenchArgs) -> anyhow::Result<()> {
     );
     let mut held: Vec<HeldApp> = Vec::new();
     let mut levels = Vec::new();
+    let mut read_before = probe::ReadBefore::default();
     for &level in &args.levels {
         let started = Instant::now();
         let new: Vec<HeldApp> = (held.len()..level / per_app)
@@ -272,7 +273,11 @@ pub async fn run(args: ScaleBenchArgs) -> anyhow::Result<()> {
         load_apps(&ep, &new, args.concurrency).await?;
         held.extend(new);
         let load_s = started.elapsed().as_secs_f64();
-        let l = measure(&server, &ep, &held, &probes, &args, level, load_s).await?;
+        let probing = Probing {
+            probes: &probes,
+            read_before: &mut read_before,
+        };
+        let l = measure(&server, &ep, &held, probing, &args, level, load_s).await?;
         print_level(&l, baseline);
         levels.push(l);
     }
@@ -339,20 +344,23 @@ async fn endpoints(server: &Server) -> anyhow::Result<Endpoints> {
 }
 
 /// The two probe applications: shuffle 0 loaded and committed like any
-/// other, shuffle 1 open for the probes' pushes.
-async fn load_probes(ep: &Endpoints) -> anyhow::Result<(HeldApp, HeldApp)> {
+/// other, with `reads` partitions (each read probe reads one no probe read
+/// before, and at low levels, or in a shape of the other protocol, the
+/// probes' are all a protocol has), shuffle 1 open for the probes' pushes.
+async fn load_probes(ep: &Endpoints, reads: usize) -> anyhow::Result<(HeldApp, HeldApp)> {
+    let partitions = i32::try_from(reads)?.max(probe::PROBE_PARTITIONS);
     let (u, c) = (
         HeldApp {
             id: "scale-probe-u".into(),
             protocol: Protocol::Uniffle,
             shuffles: 1,
-            partitions: probe::PROBE_PARTITIONS,
+            partitions,
         },
         HeldApp {
             id: "scale-probe-c".into(),
             protocol: Protocol::Celeborn,
             shuffles: 1,
-            partitions: probe::PROBE_PARTITIONS,
+            partitions,
         },
     );
     load::load_uniffle(ep, &u).await?;
@@ -385,20 +393,27 @@ async fn load_apps(ep: &Endpoints, apps: &[HeldApp], concurrency: usize) -> anyh
     Ok(())
 }
 
+/// The probe applications and the partitions the read probes have read.
+struct Probing<'a> {
+    probes: &'a (HeldApp, HeldApp),
+    read_before: &'a mut probe::ReadBefore,
+}
+
 async fn measure(
     server: &Server,
     ep: &Endpoints,
     held: &[HeldApp],
-    probes: &(HeldApp, HeldApp),
+    probing: Probing<'_>,
     args: &ScaleBenchArgs,
     partitions: usize,
     load_s: f64,
 ) -> anyhow::Result<Level> {
     // Reads pick among the held applications and the probes' own (the
     // only ones of a protocol at low levels).
+    let (u, c) = probing.probes;
     let mut readable = held.to_vec();
-    readable.extend([probes.0.clone(), probes.1.clone()]);
-    let probes = probe::probe(ep, &readable, (&probes.0, &probes.1), args.samples).await?;
+    readable.extend([u.clone(), c.clone()]);
+    let probes = probe::probe(ep, &readable, (u, c), args.samples, probing.read_before).await?;
     let rss_bytes = server.rss()?;
     let interval = Duration::from_secs(args.interval_secs);
     let idle = probe::idle(server, Duration::from_secs(args.idle_secs), interval).await?;

@@ -3,15 +3,16 @@
 //! CPU while nothing but heartbeats, expiry checks, a metrics scrape and a
 //! status request per interval run.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::ensure;
+use anyhow::{ensure, Context};
 use parking_lot::Mutex;
 use switchyard_clients::celeborn::{batch, Connection};
 use switchyard_clients::uniffle::ClientBlock;
 
-use super::load::{self, Clients, Endpoints, HeldApp, Protocol};
+use super::load::{self, Clients, Endpoints, HeldApp};
 use super::server::Server;
 use crate::harness::Latency;
 
@@ -61,25 +62,83 @@ impl Pick {
     }
 }
 
+/// The partitions the read probes have read, over every level. Each read
+/// probe reads a partition no probe read before, as a reducer reads its
+/// partition once: its index is then out of the node's index cache at every
+/// level alike. (Until 2026-12-07 the reads picked at random among what was
+/// held, so at 0 partitions held they re-read the probes' own 64 partitions,
+/// whose indexes the cache held, and at 10^6 read partitions never read: the
+/// comparison was of a warm cache with a cold one, not of scale.)
+#[derive(Default)]
+pub struct ReadBefore(HashSet<(String, i32, i32)>);
+
+impl ReadBefore {
+    /// `n` partitions of `apps` that no probe has read, picked at random
+    /// among all of them, and from now on counted as read.
+    fn take(
+        &mut self,
+        apps: &[&HeldApp],
+        n: usize,
+        pick: &mut Pick,
+    ) -> anyhow::Result<Vec<(HeldApp, i32, i32)>> {
+        let mut unread: Vec<(usize, i32, i32)> = Vec::new();
+        for (i, app) in apps.iter().enumerate() {
+            for s in 0..app.shuffles {
+                for p in 0..app.partitions {
+                    if !self.0.contains(&(app.id.clone(), s, p)) {
+                        unread.push((i, s, p));
+                    }
+                }
+            }
+        }
+        ensure!(
+            unread.len() >= n,
+            "{} partitions not read yet, {n} read probes",
+            unread.len()
+        );
+        // The first n of a Fisher-Yates shuffle.
+        for k in 0..n {
+            let j = k + pick.below(unread.len() - k);
+            unread.swap(k, j);
+        }
+        Ok(unread[..n]
+            .iter()
+            .map(|&(i, s, p)| {
+                self.0.insert((apps[i].id.clone(), s, p));
+                (apps[i].clone(), s, p)
+            })
+            .collect())
+    }
+}
+
 /// `samples` of each: a 64-byte Uniffle send (requireBuffer +
-/// sendShuffleData), a 64-byte Celeborn push, and a read of a partition
-/// picked among those held, per protocol.
+/// sendShuffleData), a 64-byte Celeborn push, and per protocol a read of a
+/// partition held that no probe read before.
 pub async fn probe(
     ep: &Endpoints,
     held: &[HeldApp],
     probes: (&HeldApp, &HeldApp),
     samples: usize,
+    read_before: &mut ReadBefore,
 ) -> anyhow::Result<ProbeFigures> {
     let mut clients = Clients::connect(ep).await?;
     let push = Connection::connect(ep.push_addr()?).await?;
-    let uniffle: Vec<&HeldApp> = held
-        .iter()
-        .filter(|a| a.protocol == Protocol::Uniffle)
-        .collect();
-    let celeborn: Vec<&HeldApp> = held.iter().filter(|a| a.protocol.is_celeborn()).collect();
+    let mut pick = Pick::new(samples as u64 * 7919 + held.len() as u64);
+    let of = |celeborn: bool| -> Vec<&HeldApp> {
+        held.iter()
+            .filter(|a| a.protocol.is_celeborn() == celeborn)
+            .collect()
+    };
+    let reads = [
+        read_before
+            .take(&of(false), samples, &mut pick)
+            .context("uniffle reads")?,
+        read_before
+            .take(&of(true), samples, &mut pick)
+            .context("celeborn reads")?,
+    ];
     let [up, ur, cp, cr]: [Latency; 4] = Default::default();
     let key = switchyard_celeborn::ShuffleKey::new(&probes.1.id, 1).to_string();
-    let mut pick = Pick::new(samples as u64 * 7919 + held.len() as u64);
     for i in 0..samples {
         let p = (i as i32) % PROBE_PARTITIONS;
         let data = load::payload(&probes.0.id, 1, p);
@@ -96,14 +155,10 @@ pub async fn probe(
             .await?;
         cp.record(t.elapsed());
         ensure!(r.is_empty(), "probe push answered {r:?}");
-        for (apps, latency) in [(&uniffle, &ur), (&celeborn, &cr)] {
-            let app = apps[pick.below(apps.len())];
-            let (s, p) = (
-                pick.below(app.shuffles as usize),
-                pick.below(app.partitions as usize),
-            );
+        for (reads, latency) in [(&reads[0], &ur), (&reads[1], &cr)] {
+            let (app, s, p) = &reads[i];
             let t = Instant::now();
-            clients.read(app, s as i32, p as i32).await?;
+            clients.read(app, *s, *p).await?;
             latency.record(t.elapsed());
         }
     }
@@ -194,5 +249,43 @@ impl Heartbeats {
     pub async fn stop(self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scale::load::Protocol;
+
+    fn app(id: &str, shuffles: i32, partitions: i32) -> HeldApp {
+        HeldApp {
+            id: id.into(),
+            protocol: Protocol::Celeborn,
+            shuffles,
+            partitions,
+        }
+    }
+
+    #[test]
+    fn read_probes_never_read_a_partition_twice() {
+        let (a, b) = (app("a", 2, 5), app("b", 1, 4));
+        let mut before = ReadBefore::default();
+        let mut pick = Pick::new(7);
+        let first = before.take(&[&a], 6, &mut pick).unwrap();
+        let second = before.take(&[&a, &b], 8, &mut pick).unwrap();
+        let seen: HashSet<(String, i32, i32)> = first
+            .iter()
+            .chain(&second)
+            .map(|(app, s, p)| (app.id.clone(), *s, *p))
+            .collect();
+        assert_eq!(seen.len(), 14, "every read a partition of its own");
+        assert!(seen
+            .iter()
+            .all(|(id, s, p)| (id == "a" && *s < 2 && *p < 5) || (id == "b" && *s == 0 && *p < 4)));
+        let err = before.take(&[&a, &b], 1, &mut pick).unwrap_err();
+        assert!(
+            err.to_string().contains("0 partitions not read yet"),
+            "{err}"
+        );
     }
 }

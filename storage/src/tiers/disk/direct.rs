@@ -118,13 +118,15 @@ impl Drop for AlignedBuf {
 }
 
 fn open_direct(path: &Path, write: bool) -> io::Result<File> {
-    let mut o = OpenOptions::new();
-    if write {
-        o.create(true).write(true).truncate(false);
-    } else {
-        o.read(true);
+    if !write {
+        return super::open::to_read(path, nix::libc::O_DIRECT);
     }
-    o.custom_flags(nix::libc::O_DIRECT).open(path)
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .custom_flags(nix::libc::O_DIRECT)
+        .open(path)
 }
 
 /// Whether the filesystem of `dir` takes direct I/O (tmpfs, for one, does

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::direct;
 use super::io::{DiskIo, IndexAppend, ReadAt, SegmentWrite, Space};
+use super::{direct, open};
 
 /// The files of one disk, under `root`.
 pub(crate) struct Fs {
@@ -33,7 +33,7 @@ impl DiskIo for Fs {
         if r.direct {
             return direct::read(&r.path, r.offset, r.len);
         }
-        let file = File::open(&r.path)?;
+        let file = open::to_read(&r.path, 0)?;
         let mut buf = vec![0u8; r.len as usize];
         file.read_exact_at(&mut buf, r.offset)?;
         Ok(Bytes::from(buf))

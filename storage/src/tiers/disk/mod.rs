@@ -36,6 +36,7 @@ mod health;
 mod io;
 mod limit;
 mod metrics;
+mod open;
 mod throttle;
 mod timeout;
 
