@@ -54,6 +54,30 @@ pub fn drop_page_cache() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
 }
 
+/// Writes back what the machine has dirty (sync), then waits until the
+/// kernel's dirty and writeback pages are under 16 MiB or `max` has passed,
+/// so that what is measured next does not run beside the writeback of what
+/// was written before. Returns the time it took.
+pub async fn settle(max: Duration) -> anyhow::Result<Duration> {
+    let started = std::time::Instant::now();
+    tokio::task::spawn_blocking(nix::unistd::sync).await?;
+    while started.elapsed() < max {
+        let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+        let kib = |key: &str| {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        if kib("Dirty:") + kib("Writeback:") < 16 * 1024 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(started.elapsed())
+}
+
 /// Current resident set size of another process, in bytes.
 pub fn rss_of(pid: u32) -> Option<u64> {
     proc_status_kib(&pid.to_string(), "VmRSS:").map(|k| k * 1024)

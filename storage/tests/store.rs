@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use switchyard_storage::{PartitionKey, StorageError, Store};
+use switchyard_storage::{PartitionKey, RemovalReason, StorageError, Store};
 
 #[tokio::test]
 async fn appended_blocks_are_readable_from_memory_then_disk() {
@@ -311,6 +311,89 @@ async fn removing_shuffles_and_apps_deletes_their_files() {
     assert_eq!(store.tier_bytes().disk, 0);
     assert!(!store.has_app("a"));
     assert_eq!(store.budget().used(), 0);
+}
+
+/// A removal whose caller does not wait (a Celeborn ApplicationLost): the
+/// application is gone for clients before the call returns, its files and
+/// memory a moment later.
+#[tokio::test]
+async fn an_app_removed_later_is_gone_at_once_and_its_files_soon_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    for app in ["a", "kept"] {
+        store.register_app(app);
+        for p in 0..4 {
+            let key = PartitionKey::new(app, 0, p);
+            store
+                .append(&key, vec![block(p as i64, 0, 1000)], None)
+                .await
+                .unwrap();
+        }
+        store.flush_shuffle(app, 0).await.unwrap();
+    }
+    let disk = dir.path().join("disk0");
+    assert_eq!(walk(&disk), 16, "8 partitions, data + index each");
+    store.remove_app_later("a", RemovalReason::Unregistered);
+    assert!(
+        !store.has_app("a"),
+        "gone for clients before the call returns"
+    );
+    assert!(store.has_app("kept"));
+    let started = std::time::Instant::now();
+    while walk(&disk) != 8 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} files left",
+            walk(&disk)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.tier_bytes().disk, 4000, "only the kept app's bytes");
+    let kept = store
+        .open_view(&PartitionKey::new("kept", 0, 3), None, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(store.read_chunk(&kept, 0).await.unwrap().len(), 1000);
+}
+
+/// An application that registers again while its purge is pending (a
+/// Celeborn driver back after its lease ran out) keeps what it writes after:
+/// only the removed shuffles' files go.
+#[tokio::test]
+async fn a_purge_spares_the_new_shuffles_of_an_app_registered_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), 1, 1 << 20)).await.unwrap();
+    store.register_app("back");
+    let old = PartitionKey::new("back", 0, 0);
+    store
+        .append(&old, vec![block(1, 0, 1000)], None)
+        .await
+        .unwrap();
+    store.flush_shuffle("back", 0).await.unwrap();
+    store.remove_app_later("back", RemovalReason::Lost);
+    store.register_app("back");
+    let new = PartitionKey::new("back", 1, 0);
+    store
+        .append(&new, vec![block(2, 0, 700)], None)
+        .await
+        .unwrap();
+    store.flush_shuffle("back", 1).await.unwrap();
+    let disk = dir.path().join("disk0");
+    let started = std::time::Instant::now();
+    while walk(&disk) != 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} files left",
+            walk(&disk)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Settled: a little longer, in case the purge had more to delete.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(walk(&disk), 2, "the new shuffle's data and index");
+    let view = store.open_view(&new, None, 1 << 20).await.unwrap();
+    assert_eq!(store.read_chunk(&view, 0).await.unwrap().len(), 700);
+    assert!(store.open_view(&old, None, 1 << 20).await.is_err());
 }
 
 #[tokio::test]

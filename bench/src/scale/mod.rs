@@ -61,6 +61,12 @@ pub struct ScaleBenchArgs {
     /// Requests of each kind per latency probe.
     #[arg(long, default_value_t = 500)]
     pub samples: usize,
+    /// Before each level's probes, write the load back (sync) and wait
+    /// until the kernel's dirty and writeback pages are under 16 MiB (at
+    /// most 120 s), so the probes measure the node at rest rather than
+    /// beside the kernel's writeback of the load just made.
+    #[arg(long)]
+    pub settle: bool,
     /// Seconds of each idle window.
     #[arg(long, default_value_t = 30)]
     pub idle_secs: u64,
@@ -125,6 +131,10 @@ pub struct Level {
     pub apps: usize,
     pub rss_bytes: u64,
     pub load_s: f64,
+    /// Seconds waited for the load's writeback before the probes
+    /// (`--settle`; 0 without it).
+    #[serde(default)]
+    pub settle_s: f64,
     pub probes: ProbeFigures,
     pub idle: IdleFigures,
 }
@@ -413,6 +423,13 @@ async fn measure(
     let (u, c) = probing.probes;
     let mut readable = held.to_vec();
     readable.extend([u.clone(), c.clone()]);
+    let settle_s = if args.settle {
+        crate::report::settle(Duration::from_secs(120))
+            .await?
+            .as_secs_f64()
+    } else {
+        0.0
+    };
     let probes = probe::probe(ep, &readable, (u, c), args.samples, probing.read_before).await?;
     let rss_bytes = server.rss()?;
     let interval = Duration::from_secs(args.interval_secs);
@@ -422,6 +439,7 @@ async fn measure(
         apps: held.len(),
         rss_bytes,
         load_s,
+        settle_s,
         probes,
         idle,
     })
@@ -432,10 +450,10 @@ fn print_level(l: &Level, baseline: u64) {
     let per = |n: usize| if n == 0 { 0.0 } else { delta / n as f64 };
     let p = &l.probes;
     println!(
-        "{:>8} partitions in {:>4} apps (loaded in {:.1} s): RSS {:.1} MiB (+{:.1} MiB: {:.0} B/partition, {:.1} KiB/app); \
+        "{:>8} partitions in {:>4} apps (loaded in {:.1} s, settled in {:.1} s): RSS {:.1} MiB (+{:.1} MiB: {:.0} B/partition, {:.1} KiB/app); \
          p50/p99 ms: uniffle push {:.2}/{:.2} read {:.2}/{:.2}, celeborn push {:.2}/{:.2} read {:.2}/{:.2}; \
          idle CPU {:.2}% of a core (status {:.0} ms, metrics {:.0} ms)",
-        l.partitions, l.apps, l.load_s, mib(l.rss_bytes), delta / 1048576.0, per(l.partitions), per(l.apps) / 1024.0,
+        l.partitions, l.apps, l.load_s, l.settle_s, mib(l.rss_bytes), delta / 1048576.0, per(l.partitions), per(l.apps) / 1024.0,
         p.uniffle_push.p50_ms, p.uniffle_push.p99_ms, p.uniffle_read.p50_ms, p.uniffle_read.p99_ms,
         p.celeborn_push.p50_ms, p.celeborn_push.p99_ms, p.celeborn_read.p50_ms, p.celeborn_read.p99_ms,
         l.idle.cpu_percent, l.idle.status_ms, l.idle.metrics_ms
@@ -618,6 +636,7 @@ mod tests {
             apps: partitions / 10_000,
             rss_bytes: rss,
             load_s: 1.0,
+            settle_s: 0.0,
             probes: ProbeFigures::default(),
             idle: IdleFigures::default(),
         };

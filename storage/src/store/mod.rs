@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -75,6 +74,8 @@ pub struct Store {
     counters: Arc<Counters>,
     cancel: CancellationToken,
     tasks: TaskTracker,
+    /// [`PURGES_AT_ONCE`] places for the purges the store's tasks run.
+    purges: tokio::sync::Semaphore,
     shutting_down: AtomicBool,
     /// Appends waiting for memory now, and since when some have been: the
     /// node's pause, as a Celeborn worker pauses pushes when its memory is
@@ -112,8 +113,9 @@ impl Drop for Paused<'_> {
 /// full to the last waiting one going on (its count: the pauses).
 pub(crate) const PAUSE_SECONDS: &str = "switchyard_memory_pause_seconds";
 
-/// Lapsed applications whose data is deleted at once.
-const EXPIRY_PURGES: usize = 8;
+/// Removed applications whose data is deleted at once, by the store's own
+/// tasks (lapsed ones, and those removed by [`Store::remove_app_later`]).
+const PURGES_AT_ONCE: usize = 8;
 
 impl Store {
     /// Opens the store and starts its background work (spill, disk health,
@@ -198,6 +200,7 @@ impl Store {
             counters,
             cancel,
             tasks,
+            purges: tokio::sync::Semaphore::new(PURGES_AT_ONCE),
             shutting_down: AtomicBool::new(false),
             pause: parking_lot::Mutex::new(Pause::default()),
             published_users: Default::default(),
@@ -811,15 +814,48 @@ impl Store {
         Ok(())
     }
 
+    /// Removes an application for clients at once, as [`Store::remove_app`]
+    /// does, and leaves its memory, files and objects to a task of the
+    /// store: the caller answers without waiting for the deletes (a Celeborn
+    /// ApplicationLost, from a driver that is stopping: the files of 10^4
+    /// partitions took ~2 s to delete).
+    pub fn remove_app_later(self: &Arc<Self>, app: &str, reason: RemovalReason) {
+        if let Some((a, shuffles)) = self.apps.remove(app, reason) {
+            self.purge_later(a, shuffles);
+        }
+    }
+
+    /// [`Store::purge_app`] in a task of the store, [`PURGES_AT_ONCE`] at a
+    /// time over all callers.
+    fn purge_later(self: &Arc<Self>, a: Arc<App>, shuffles: Vec<(i32, Vec<Arc<Partition>>)>) {
+        let store = self.clone();
+        self.tasks.spawn(async move {
+            let _place = store.purges.acquire().await;
+            store.purge_app(&a, shuffles).await;
+        });
+    }
+
     /// A removed application's records, memory, files and objects go.
+    /// An application registered again by then (a Celeborn driver back after
+    /// its lease ran out, while its purge waited for a place) keeps its new
+    /// shuffles' records and files: only the removed shuffles go.
     async fn purge_app(&self, a: &App, shuffles: Vec<(i32, Vec<Arc<Partition>>)>) {
-        self.recovery
-            .forget(Change::RemoveApp(a.id().clone()))
-            .await;
+        if self.apps.contains(a.id()) {
+            for (id, _) in &shuffles {
+                let change = Change::RemoveShuffle(a.id().clone(), *id);
+                self.recovery.forget(change).await;
+            }
+        } else {
+            self.recovery
+                .forget(Change::RemoveApp(a.id().clone()))
+                .await;
+        }
         for (id, partitions) in shuffles {
             self.purge_shuffle(a.id(), id, &partitions).await;
         }
-        self.durable.remove_app_files(a.id()).await;
+        if !self.apps.contains(a.id()) {
+            self.durable.remove_app_files(a.id()).await;
+        }
     }
 
     /// A removed shuffle's data goes: its quota, memory, segments, files.
@@ -836,11 +872,10 @@ impl Store {
     pub async fn expire_apps(self: &Arc<Self>) -> Vec<String> {
         let stale = self.apps.expired();
         // Every lapsed application is gone for clients at once (tombstones,
-        // listeners); its files go in a task of their own, a few
-        // applications at a time, so that the next check is not held up by
-        // the deletes (a thousand lapsing together once waited for each
-        // other's files, the last minutes after its lease).
-        let mut removed = Vec::with_capacity(stale.len());
+        // listeners); its files go in tasks of their own, so that the next
+        // check is not held up by the deletes (a thousand lapsing together
+        // once waited for each other's files, the last minutes after its
+        // lease).
         for (app, lapse) in &stale {
             tracing::warn!(
                 app,
@@ -848,18 +883,9 @@ impl Store {
                 "application removed: no heartbeat within its lease"
             );
             self.counters.app_expired();
-            removed.extend(self.apps.remove(app, *lapse));
-        }
-        if !removed.is_empty() {
-            let store = self.clone();
-            self.tasks.spawn(async move {
-                futures::stream::iter(removed)
-                    .for_each_concurrent(EXPIRY_PURGES, |(a, shuffles)| {
-                        let store = &store;
-                        async move { store.purge_app(&a, shuffles).await }
-                    })
-                    .await;
-            });
+            if let Some((a, shuffles)) = self.apps.remove(app, *lapse) {
+                self.purge_later(a, shuffles);
+            }
         }
         self.apps.prune_tombstones();
         stale.into_iter().map(|(app, _)| app).collect()

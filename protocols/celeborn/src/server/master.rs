@@ -140,7 +140,7 @@ impl Endpoint for MasterEndpoint {
                 let r: PbApplicationLost = decode(&tm)?;
                 tracing::info!(app = %r.app_id, "application lost: removing its data");
                 self.fleet.app_lost(&r.app_id);
-                self.worker.remove_app(&r.app_id).await;
+                self.worker.remove_app_later(&r.app_id);
                 Ok(TransportMessage::new(
                     MessageType::ApplicationLostResponse,
                     &PbApplicationLostResponse { status: success },

@@ -904,6 +904,17 @@ impl WorkerState {
         }
     }
 
+    /// [`WorkerState::remove_app`] for a master answering ApplicationLost:
+    /// the application is gone for clients at once, its data is deleted in
+    /// a task of the store, and the driver's stop does not wait for it.
+    pub fn remove_app_later(&self, app: &str) {
+        self.forget_app(app);
+        self.store.remove_app_later(
+            &stored_app(app),
+            switchyard_storage::RemovalReason::Unregistered,
+        );
+    }
+
     /// Drops every location, stream and flag of an application: later pushes
     /// get PUSH_DATA_FAIL_PARTITION_NOT_FOUND, commits SHUFFLE_UNREGISTERED.
     fn forget_app(&self, app: &str) {
