@@ -313,6 +313,20 @@ async fn removing_shuffles_and_apps_deletes_their_files() {
     assert_eq!(store.budget().used(), 0);
 }
 
+/// Waits until `dir` holds `n` files (a purge running in the background);
+/// fails after 10 s.
+async fn files_come_to(dir: &std::path::Path, n: usize) {
+    let started = std::time::Instant::now();
+    while walk(dir) != n {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} files, not {n}",
+            walk(dir)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A removal whose caller does not wait (a Celeborn ApplicationLost): the
 /// application is gone for clients before the call returns, its files and
 /// memory a moment later.
@@ -339,15 +353,7 @@ async fn an_app_removed_later_is_gone_at_once_and_its_files_soon_after() {
         "gone for clients before the call returns"
     );
     assert!(store.has_app("kept"));
-    let started = std::time::Instant::now();
-    while walk(&disk) != 8 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{} files left",
-            walk(&disk)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    files_come_to(&disk, 8).await;
     assert_eq!(store.tier_bytes().disk, 4000, "only the kept app's bytes");
     let kept = store
         .open_view(&PartitionKey::new("kept", 0, 3), None, 1 << 20)
@@ -379,15 +385,7 @@ async fn a_purge_spares_the_new_shuffles_of_an_app_registered_again() {
         .unwrap();
     store.flush_shuffle("back", 1).await.unwrap();
     let disk = dir.path().join("disk0");
-    let started = std::time::Instant::now();
-    while walk(&disk) != 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{} files left",
-            walk(&disk)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    files_come_to(&disk, 2).await;
     // Settled: a little longer, in case the purge had more to delete.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(walk(&disk), 2, "the new shuffle's data and index");
