@@ -22,9 +22,15 @@ pub fn current_rss() -> Option<u64> {
 
 /// A `kB` field of `/proc/<pid>/status`.
 fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
+    kib_field(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        field,
+    )
+}
+
+/// The figure of a `Field:   N kB` line of a /proc text (status, meminfo).
+fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
         .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
@@ -63,13 +69,7 @@ pub async fn settle(max: Duration) -> anyhow::Result<Duration> {
     tokio::task::spawn_blocking(nix::unistd::sync).await?;
     while started.elapsed() < max {
         let meminfo = std::fs::read_to_string("/proc/meminfo")?;
-        let kib = |key: &str| {
-            meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let kib = |field| kib_field(&meminfo, field).unwrap_or(0);
         if kib("Dirty:") + kib("Writeback:") < 16 * 1024 {
             break;
         }
@@ -97,4 +97,17 @@ pub fn cpu_time_of(pid: u32) -> anyhow::Result<Duration> {
     let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
     // /proc reports clock ticks of USER_HZ, 100 on Linux.
     Ok(Duration::from_millis(ticks * 10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kib_field;
+
+    #[test]
+    fn a_kib_field_is_read_by_its_whole_name() {
+        let meminfo = "Dirty:              2048 kB\nWriteback:             0 kB\nWritebackTmp:        512 kB\n";
+        assert_eq!(kib_field(meminfo, "Dirty:"), Some(2048));
+        assert_eq!(kib_field(meminfo, "Writeback:"), Some(0));
+        assert_eq!(kib_field(meminfo, "Shmem:"), None);
+    }
 }

@@ -5,9 +5,9 @@
 //! type HDD, every file path empty). Built as prost structs and encoded by
 //! prost, each nested message is measured again at every level above it;
 //! that took 17 ms of CPU per reply (82 ms with replication), the bulk of
-//! RequestSlots' p99 at fleet scale; written here, 3.3 ms (17 ms). Here each worker's columns are written once, the constant
-//! ones as runs, and the lengths around them computed from what was
-//! written. Field numbers are Celeborn's (`TransportMessages.proto`:
+//! RequestSlots' p99 at fleet scale, and takes 3.3 ms (17 ms) written here.
+//! Here each worker's columns are written once, the constant ones as runs,
+//! and the lengths around them computed from what was written. Field numbers are Celeborn's (`TransportMessages.proto`:
 //! `PbRequestSlotsResponse`, `PbPackedWorkerResource`,
 //! `PbPackedPartitionLocationsPair`, `PbPackedPartitionLocations`); the
 //! tests decode these bytes with prost and compare them with the structs.
