@@ -86,14 +86,20 @@ pub fn rss_of(pid: u32) -> Option<u64> {
 /// User + system CPU time another process has used so far, from
 /// `/proc/<pid>/stat`.
 pub fn cpu_time_of(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    cpu_time_at(&format!("/proc/{pid}/stat"))
+}
+
+/// User + system CPU time from a `/proc` stat file: a process's, or one
+/// thread's (`/proc/<pid>/task/<tid>/stat`).
+pub fn cpu_time_at(path: &str) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(path)?;
     // Fields after the command name (which may hold spaces), from field 3.
     let rest = stat
         .rsplit_once(')')
-        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat without a command name"))?
+        .ok_or_else(|| anyhow::anyhow!("{path} without a command name"))?
         .1;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    anyhow::ensure!(f.len() > 13, "short /proc/{pid}/stat");
+    anyhow::ensure!(f.len() > 13, "short {path}");
     let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
     // /proc reports clock ticks of USER_HZ, 100 on Linux.
     Ok(Duration::from_millis(ticks * 10))

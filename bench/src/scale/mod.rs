@@ -5,7 +5,8 @@
 //! RPCs (half Uniffle, half Celeborn; one 64-byte block or batch per
 //! partition, committed), and at each level of partitions held measures:
 //! RSS per partition and per application, p50/p99 of a small push and a
-//! small read per protocol, the idle node's CPU (heartbeats, expiry checks,
+//! small read per protocol (rounds of the four spread evenly over
+//! `--probe-secs`), the idle node's CPU (heartbeats, expiry checks,
 //! a metrics scrape and a status request per interval). Then: kill -9 and
 //! restart (time to ready, every committed partition read back), half the
 //! applications unregistered and the other half left to expire.
@@ -59,8 +60,15 @@ pub struct ScaleBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "0,10000,100000,1000000")]
     pub levels: Vec<usize>,
     /// Requests of each kind per latency probe.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2000)]
     pub samples: usize,
+    /// Seconds over which each level's probe requests are spread, one
+    /// round of the four kinds at a time at an even pace. A p99 is a
+    /// statement about a stretch of time: over one second of back-to-back
+    /// requests it is set by whatever else that second held (a heartbeat
+    /// round, a scrape), and two runs of the same build differed by 2x.
+    #[arg(long, default_value_t = 20)]
+    pub probe_secs: u64,
     /// Before each level's probes, write the load back (sync) and wait
     /// until the kernel's dirty and writeback pages are under 16 MiB (at
     /// most 120 s), so the probes measure the node at rest rather than
@@ -135,6 +143,10 @@ pub struct Level {
     /// (`--settle`; 0 without it).
     #[serde(default)]
     pub settle_s: f64,
+    /// Seconds over which the probe requests were spread (0: back to
+    /// back, as runs before 2026-12-07 late evening did).
+    #[serde(default)]
+    pub probe_s: f64,
     pub probes: ProbeFigures,
     pub idle: IdleFigures,
 }
@@ -430,7 +442,13 @@ async fn measure(
     } else {
         0.0
     };
-    let probes = probe::probe(ep, &readable, (u, c), args.samples, probing.read_before).await?;
+    let pace = probe::Pace {
+        samples: args.samples,
+        over: Duration::from_secs(args.probe_secs),
+    };
+    let started = Instant::now();
+    let probes = probe::probe(ep, &readable, (u, c), pace, probing.read_before).await?;
+    let probe_s = started.elapsed().as_secs_f64();
     let rss_bytes = server.rss()?;
     let interval = Duration::from_secs(args.interval_secs);
     let idle = probe::idle(server, Duration::from_secs(args.idle_secs), interval).await?;
@@ -440,6 +458,7 @@ async fn measure(
         rss_bytes,
         load_s,
         settle_s,
+        probe_s,
         probes,
         idle,
     })
@@ -451,9 +470,9 @@ fn print_level(l: &Level, baseline: u64) {
     let p = &l.probes;
     println!(
         "{:>8} partitions in {:>4} apps (loaded in {:.1} s, settled in {:.1} s): RSS {:.1} MiB (+{:.1} MiB: {:.0} B/partition, {:.1} KiB/app); \
-         p50/p99 ms: uniffle push {:.2}/{:.2} read {:.2}/{:.2}, celeborn push {:.2}/{:.2} read {:.2}/{:.2}; \
+         p50/p99 ms over {:.0} s: uniffle push {:.2}/{:.2} read {:.2}/{:.2}, celeborn push {:.2}/{:.2} read {:.2}/{:.2}; \
          idle CPU {:.2}% of a core (status {:.0} ms, metrics {:.0} ms)",
-        l.partitions, l.apps, l.load_s, l.settle_s, mib(l.rss_bytes), delta / 1048576.0, per(l.partitions), per(l.apps) / 1024.0,
+        l.partitions, l.apps, l.load_s, l.settle_s, mib(l.rss_bytes), delta / 1048576.0, per(l.partitions), per(l.apps) / 1024.0, l.probe_s,
         p.uniffle_push.p50_ms, p.uniffle_push.p99_ms, p.uniffle_read.p50_ms, p.uniffle_read.p99_ms,
         p.celeborn_push.p50_ms, p.celeborn_push.p99_ms, p.celeborn_read.p50_ms, p.celeborn_read.p99_ms,
         l.idle.cpu_percent, l.idle.status_ms, l.idle.metrics_ms
@@ -637,6 +656,7 @@ mod tests {
             rss_bytes: rss,
             load_s: 1.0,
             settle_s: 0.0,
+            probe_s: 0.0,
             probes: ProbeFigures::default(),
             idle: IdleFigures::default(),
         };

@@ -111,16 +111,25 @@ impl ReadBefore {
     }
 }
 
+/// How many probe rounds, spread evenly over how long.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    pub samples: usize,
+    pub over: Duration,
+}
+
 /// `samples` of each: a 64-byte Uniffle send (requireBuffer +
 /// sendShuffleData), a 64-byte Celeborn push, and per protocol a read of a
-/// partition held that no probe read before.
+/// partition held that no probe read before; one round of the four at a
+/// time, the rounds started at an even pace over `pace.over`.
 pub async fn probe(
     ep: &Endpoints,
     held: &[HeldApp],
     probes: (&HeldApp, &HeldApp),
-    samples: usize,
+    pace: Pace,
     read_before: &mut ReadBefore,
 ) -> anyhow::Result<ProbeFigures> {
+    let samples = pace.samples;
     let mut clients = Clients::connect(ep).await?;
     let push = Connection::connect(ep.push_addr()?).await?;
     let mut pick = Pick::new(samples as u64 * 7919 + held.len() as u64);
@@ -139,7 +148,13 @@ pub async fn probe(
     ];
     let [up, ur, cp, cr]: [Latency; 4] = Default::default();
     let key = switchyard_celeborn::ShuffleKey::new(&probes.1.id, 1).to_string();
+    let period = pace.over / samples.max(1) as u32;
+    let mut rounds = tokio::time::interval(period.max(Duration::from_nanos(1)));
+    // A round late behind a slow one starts at once and the pace goes on
+    // from there, rather than bursting to catch up.
+    rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for i in 0..samples {
+        rounds.tick().await;
         let p = (i as i32) % PROBE_PARTITIONS;
         let data = load::payload(&probes.0.id, 1, p);
         let t = Instant::now();

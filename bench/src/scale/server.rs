@@ -191,26 +191,12 @@ impl Server {
 
     /// Current resident set size, in bytes.
     pub fn rss(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let kib: u64 = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .context("VmRSS")?
-            .parse()?;
-        Ok(kib * 1024)
+        crate::report::rss_of(self.pid()).context("VmRSS of the node")
     }
 
     /// User + system CPU time the node has used so far.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        // Fields after the command name (which may hold spaces), from field 3.
-        let rest = stat.rsplit_once(')').context("stat")?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        ensure!(f.len() > 13, "short /proc/pid/stat");
-        let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-        // /proc reports clock ticks of USER_HZ, 100 on Linux.
-        Ok(Duration::from_millis(ticks * 10))
+        crate::report::cpu_time_of(self.pid())
     }
 
     /// GET on the admin port; the body.
