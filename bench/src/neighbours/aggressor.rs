@@ -68,8 +68,9 @@ pub struct Aggressor {
 }
 
 impl Aggressor {
-    /// Starts `apps` loops of applications, one after the other in each.
-    pub fn start(o: AggressorOptions) -> Aggressor {
+    /// Starts `apps` loops of applications, one after the other in each,
+    /// on `runtime`.
+    pub fn start(o: AggressorOptions, runtime: &tokio::runtime::Handle) -> Aggressor {
         let shared = Arc::new(Shared {
             o,
             acked: AtomicU64::new(0),
@@ -80,7 +81,7 @@ impl Aggressor {
         let tasks = (0..shared.o.apps)
             .map(|slot| {
                 let s = shared.clone();
-                tokio::spawn(async move { app_loop(s, slot).await })
+                runtime.spawn(async move { app_loop(s, slot).await })
             })
             .collect();
         Aggressor { shared, tasks }

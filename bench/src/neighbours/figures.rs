@@ -41,6 +41,14 @@ impl Rate {
     }
 }
 
+/// CPU used over a phase, in cores (CPU seconds per second).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cpu {
+    pub node: f64,
+    /// The aggressor's client threads.
+    pub clients: f64,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Default)]
 pub struct Figures {
@@ -52,6 +60,9 @@ pub struct Figures {
     pub aggressor_apps: u64,
     pub fill_alone: Fill,
     pub fill_beside: Fill,
+    /// CPU of the node and of the aggressor's clients in (b) and in (c).
+    pub cpu_alone: Cpu,
+    pub cpu_beside: Cpu,
     pub peak_rss: Option<u64>,
     /// The node's `write_rate_limit`, bytes per second.
     pub write_rate: u64,
@@ -129,7 +140,8 @@ impl Figures {
             t,
             "\n| aggressor | alone | beside the victims | ratio |\n|---|---|---|---|\n\
              | writes acknowledged | {a:.1} MiB/s ({:.2} of the disk's {limit:.0} MiB/s) | {b:.1} MiB/s ({:.2}) | {:.2} |\n\
-             | node memory, highest fill: store's share / whole number | {:.2} / {:.2} | {:.2} / {:.2} | |",
+             | node memory, highest fill: store's share / whole number | {:.2} / {:.2} | {:.2} / {:.2} | |\n\
+             | CPU, cores: node / aggressor's clients | {:.2} / {:.2} | {:.2} / {:.2} | |",
             a / limit,
             b / limit,
             self.aggressor_ratio(),
@@ -137,6 +149,10 @@ impl Figures {
             self.fill_alone.node,
             self.fill_beside.store,
             self.fill_beside.node,
+            self.cpu_alone.node,
+            self.cpu_alone.clients,
+            self.cpu_beside.node,
+            self.cpu_beside.clients,
         );
         let rss = self
             .peak_rss

@@ -11,6 +11,7 @@
 //! the aggressor really held the node at its budget during (c).
 
 pub mod aggressor;
+pub mod clients;
 pub mod figures;
 pub mod node;
 pub mod watch;
@@ -24,7 +25,8 @@ use bytesize::ByteSize;
 use switchyard_clients::uniffle::Transport;
 
 use self::aggressor::{Aggressor, AggressorOptions, Protocol};
-use self::figures::{Figures, Rate};
+use self::clients::ClientRuntime;
+use self::figures::{Cpu, Figures, Rate};
 use self::node::{Node, NodeOptions};
 use self::watch::Watch;
 use crate::report::{mib, peak_rss_of};
@@ -66,6 +68,12 @@ pub struct NeighboursArgs {
     /// Bytes an aggressor application writes before it commits and reads back.
     #[arg(long, default_value = "256MiB")]
     pub app_size: ByteSize,
+    /// The nice value of the aggressor's client threads (0: the victims'
+    /// priority). They stand for a big job's executors, which on a fleet
+    /// have machines of their own; here they would take the victims' CPUs.
+    /// The node keeps the default priority.
+    #[arg(long, default_value_t = 19)]
+    pub aggressor_nice: i32,
     /// The Uniffle aggressor's transport: GRPC or GRPC_NETTY.
     #[arg(long, default_value = "GRPC_NETTY")]
     pub transport: String,
@@ -190,7 +198,8 @@ async fn phases(
     for r in 1..=args.rounds {
         f.add(victims(&round, r, "alone").await, false);
     }
-    let aggressor = Aggressor::start(AggressorOptions {
+    let clients = ClientRuntime::new(args.aggressor_nice)?;
+    let options = AggressorOptions {
         protocol: args.aggressor,
         apps: args.apps,
         mappers: args.mappers,
@@ -199,8 +208,14 @@ async fn phases(
         celeborn_master: node.celeborn_master(),
         uniffle_coordinator: node.uniffle_coordinator(),
         transport,
-    });
-    let measured = beside(args, &round, &watch, &aggressor, &mut f).await;
+    };
+    let aggressor = Aggressor::start(options, clients.handle());
+    let running = Running {
+        aggressor: &aggressor,
+        clients: &clients,
+        node: node.pid(),
+    };
+    let measured = beside(args, &round, &watch, &running, &mut f).await;
     f.aggressor_apps = aggressor.completed();
     // Stopped on every path; its error comes first (it explains a victim's).
     aggressor.stop().await?;
@@ -214,33 +229,67 @@ async fn phases(
     Ok(f)
 }
 
+/// The aggressor while it runs, and what its CPU is read from.
+struct Running<'a> {
+    aggressor: &'a Aggressor,
+    clients: &'a ClientRuntime,
+    node: Option<u32>,
+}
+
+impl Running<'_> {
+    /// CPU time used so far by the node and by the aggressor's clients.
+    fn cpu(&self) -> (Duration, Duration) {
+        let node = self
+            .node
+            .and_then(|pid| crate::report::cpu_time_of(pid).ok());
+        (node.unwrap_or_default(), self.clients.cpu_time())
+    }
+
+    /// Cores used since `since` (a reading of [`Running::cpu`]).
+    fn cores_since(&self, since: (Duration, Duration), started: Instant) -> Cpu {
+        let now = self.cpu();
+        let wall = started.elapsed().as_secs_f64().max(1e-9);
+        Cpu {
+            node: (now.0 - since.0).as_secs_f64() / wall,
+            clients: (now.1 - since.1).as_secs_f64() / wall,
+        }
+    }
+}
+
 /// (b) the aggressor alone, then (c) the victims beside it.
 async fn beside(
     args: &NeighboursArgs,
     round: &Round,
     watch: &Watch,
-    aggressor: &Aggressor,
+    running: &Running<'_>,
     f: &mut Figures,
 ) -> anyhow::Result<()> {
+    let aggressor = running.aggressor;
+    let nice = running.clients.nice_of_a_thread();
+    println!(
+        "neighbours: the aggressor's client threads run at nice {}, the node at its own priority",
+        nice.map_or("?".into(), |n| n.to_string()),
+    );
     println!(
         "neighbours: aggressor alone ({} s warm-up, {} s measured)",
         args.warmup_secs, args.solo_secs
     );
     hold(aggressor, Duration::from_secs(args.warmup_secs)).await?;
     watch.take();
-    let (bytes, started) = (aggressor.acked(), Instant::now());
+    let (bytes, started, cpu) = (aggressor.acked(), Instant::now(), running.cpu());
     hold(aggressor, Duration::from_secs(args.solo_secs)).await?;
     f.aggressor_alone = Rate {
         bytes: aggressor.acked() - bytes,
         time: started.elapsed(),
     };
+    f.cpu_alone = running.cores_since(cpu, started);
     f.fill_alone = watch.take();
     println!(
         "neighbours: aggressor alone {:.1} MiB/s, node memory at most {:.2} of its budget",
         f.aggressor_alone.mib_s(),
         f.fill_alone.store
     );
-    let (bytes, started) = (aggressor.acked(), Instant::now());
+    let (bytes, started, cpu) = (aggressor.acked(), Instant::now(), running.cpu());
     for r in 1..=args.rounds {
         let results = victims(round, 100 + r, "beside the aggressor").await;
         f.add(results, true);
@@ -253,6 +302,7 @@ async fn beside(
         bytes: aggressor.acked() - bytes,
         time: started.elapsed(),
     };
+    f.cpu_beside = running.cores_since(cpu, started);
     f.fill_beside = watch.take();
     Ok(())
 }
