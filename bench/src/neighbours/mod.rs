@@ -249,9 +249,11 @@ impl Running<'_> {
     fn cores_since(&self, since: (Duration, Duration), started: Instant) -> Cpu {
         let now = self.cpu();
         let wall = started.elapsed().as_secs_f64().max(1e-9);
+        // Saturating: a node that died, or a client thread that ended, reads
+        // as less than before.
         Cpu {
-            node: (now.0 - since.0).as_secs_f64() / wall,
-            clients: (now.1 - since.1).as_secs_f64() / wall,
+            node: now.0.saturating_sub(since.0).as_secs_f64() / wall,
+            clients: now.1.saturating_sub(since.1).as_secs_f64() / wall,
         }
     }
 }
