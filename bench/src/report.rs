@@ -92,17 +92,22 @@ pub fn cpu_time_of(pid: u32) -> anyhow::Result<Duration> {
 /// User + system CPU time from a `/proc` stat file: a process's, or one
 /// thread's (`/proc/<pid>/task/<tid>/stat`).
 pub fn cpu_time_at(path: &str) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(path)?;
-    // Fields after the command name (which may hold spaces), from field 3.
-    let rest = stat
-        .rsplit_once(')')
-        .ok_or_else(|| anyhow::anyhow!("{path} without a command name"))?
-        .1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = stat_fields(path)?;
     anyhow::ensure!(f.len() > 13, "short {path}");
     let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
     // /proc reports clock ticks of USER_HZ, 100 on Linux.
     Ok(Duration::from_millis(ticks * 10))
+}
+
+/// The fields of a `/proc` stat file after the command name (which may hold
+/// spaces): the first is field 3 (state), so field N is at index N - 3.
+pub fn stat_fields(path: &str) -> anyhow::Result<Vec<String>> {
+    let stat = std::fs::read_to_string(path)?;
+    let rest = stat
+        .rsplit_once(')')
+        .ok_or_else(|| anyhow::anyhow!("{path} without a command name"))?
+        .1;
+    Ok(rest.split_whitespace().map(str::to_owned).collect())
 }
 
 #[cfg(test)]

@@ -35,7 +35,8 @@ impl ClientRuntime {
             .enable_all()
             .on_thread_start(move || {
                 // SAFETY: gettid and setpriority take no pointers. On Linux a
-                // nice value belongs to the thread, so 0 is this one alone.
+                // nice value belongs to a thread, so setting it for this tid
+                // leaves the process's other threads as they are.
                 let tid = unsafe { libc::gettid() };
                 seen.lock().push(tid);
                 if nice != 0 {
@@ -76,14 +77,9 @@ impl ClientRuntime {
     pub fn nice_of_a_thread(&self) -> Option<i32> {
         let pid = std::process::id();
         let tid = *self.tids.lock().first()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-        // Field 19 (nice), the 17th after the command name's ')'.
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(16)?
-            .parse()
-            .ok()
+        let fields = crate::report::stat_fields(&format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        // Field 19: nice.
+        fields.get(19 - 3)?.parse().ok()
     }
 }
 

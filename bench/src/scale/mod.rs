@@ -143,8 +143,9 @@ pub struct Level {
     /// (`--settle`; 0 without it).
     #[serde(default)]
     pub settle_s: f64,
-    /// Seconds over which the probe requests were spread (0: back to
-    /// back, as runs before 2026-12-07 late evening did).
+    /// Seconds the probes took (about `--probe-secs`; 0 in figures from
+    /// before 2026-12-07 late evening, whose probes ran back to back and
+    /// did not record it).
     #[serde(default)]
     pub probe_s: f64,
     pub probes: ProbeFigures,
