@@ -75,8 +75,20 @@ pub async fn request_slots(
     request_shuffle_slots(master, app, 0, request).await
 }
 
-/// RequestSlots for one shuffle of `app`.
+/// RequestSlots for one shuffle of `app`; an error unless it succeeded.
 pub async fn request_shuffle_slots(
+    master: &Connection,
+    app: &str,
+    shuffle: i32,
+    request: &SlotRequest,
+) -> anyhow::Result<PbRequestSlotsResponse> {
+    let slots = ask_shuffle_slots(master, app, shuffle, request).await?;
+    ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
+    Ok(slots)
+}
+
+/// RequestSlots for one shuffle of `app`, whatever its status.
+pub async fn ask_shuffle_slots(
     master: &Connection,
     app: &str,
     shuffle: i32,
@@ -102,9 +114,7 @@ pub async fn request_shuffle_slots(
             TransportMessage::new(MessageType::RequestSlots, &ask),
         )
         .await?;
-    let slots: PbRequestSlotsResponse = decode(&r)?;
-    ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
-    Ok(slots)
+    Ok(decode(&r)?)
 }
 
 /// ReserveSlots on every worker the master gave locations on; returns

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context};
 use bytes::Bytes;
 use switchyard_celeborn::proto::*;
-use switchyard_celeborn::TransportMessage;
+use switchyard_celeborn::{StatusCode, TransportMessage};
 use switchyard_clients::celeborn::{batch, decode, parse_batches, Connection};
 use switchyard_clients::uniffle::{
     ClientBlock, Coordinator, ReadOptions, ShuffleServer, Transport,
@@ -32,6 +32,10 @@ const BLOCK: usize = 256 << 10;
 const BLOCKS_PER_SEND: usize = 4;
 /// How long stopping may take: the applications' cleanup, not their work.
 const STOP_WITHIN: Duration = Duration::from_secs(120);
+/// The wait before asking a master with no slots to offer again (the stock
+/// client's `celeborn.client.registerShuffle.retryWait` is 3 s; shorter
+/// here, so that the aggressor loses little time once slots are back).
+const SLOT_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Protocol {
@@ -58,6 +62,8 @@ struct Shared {
     o: AggressorOptions,
     acked: AtomicU64,
     completed: AtomicU64,
+    /// RequestSlots answered "no slots now" (retried after [`SLOT_RETRY`]).
+    slot_waits: AtomicU64,
     stop: AtomicBool,
     pattern: Bytes,
 }
@@ -75,6 +81,7 @@ impl Aggressor {
             o,
             acked: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            slot_waits: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             pattern: harness::pattern(),
         });
@@ -95,6 +102,11 @@ impl Aggressor {
     /// Applications written, committed and read back in full so far.
     pub fn completed(&self) -> u64 {
         self.shared.completed.load(Ordering::Relaxed)
+    }
+
+    /// RequestSlots the master answered with no slots so far.
+    pub fn slot_waits(&self) -> u64 {
+        self.shared.slot_waits.load(Ordering::Relaxed)
     }
 
     /// Whether a loop ended early (with the error [`Aggressor::stop`] returns).
@@ -194,7 +206,10 @@ async fn celeborn_app(s: &Shared, app: &str) -> anyhow::Result<bool> {
         rack_aware: false,
         map_partitions: false,
     };
-    let slots = lifecycle::request_slots(&master, app, &request).await?;
+    let Some(slots) = slots_when_offered(s, &master, app, &request).await? else {
+        let _ = lifecycle::application_lost(&master, app).await;
+        return Ok(false);
+    };
     let owners = lifecycle::reserve_owners(app, &slots, &request).await?;
     ensure!(
         owners.primary.len() == s.o.partitions as usize,
@@ -223,6 +238,31 @@ async fn celeborn_app(s: &Shared, app: &str) -> anyhow::Result<bool> {
     .await;
     let _ = lifecycle::application_lost(&master, app).await;
     result
+}
+
+/// RequestSlots until the master offers them (or the aggressor stops):
+/// a master that excludes a busy worker (the JVM master, while its only
+/// worker has paused pushes) answers WORKER_EXCLUDED or SLOT_NOT_AVAILABLE,
+/// and a big job's driver retries its registration.
+async fn slots_when_offered(
+    s: &Shared,
+    master: &Connection,
+    app: &str,
+    request: &SlotRequest,
+) -> anyhow::Result<Option<PbRequestSlotsResponse>> {
+    let retry = [StatusCode::SlotNotAvailable, StatusCode::WorkerExcluded].map(StatusCode::as_i32);
+    loop {
+        let slots = lifecycle::ask_shuffle_slots(master, app, 0, request).await?;
+        if !retry.contains(&slots.status) {
+            ensure!(slots.status == 0, "RequestSlots status {}", slots.status);
+            return Ok(Some(slots));
+        }
+        s.slot_waits.fetch_add(1, Ordering::Relaxed);
+        if s.stopped() {
+            return Ok(None);
+        }
+        tokio::time::sleep(SLOT_RETRY).await;
+    }
 }
 
 async fn celeborn_push(

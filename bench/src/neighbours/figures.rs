@@ -58,13 +58,18 @@ pub struct Figures {
     pub aggressor_beside: Rate,
     /// Aggressor applications written, committed and read back in full.
     pub aggressor_apps: u64,
-    pub fill_alone: Fill,
-    pub fill_beside: Fill,
+    /// RequestSlots the aggressor's applications were refused (no slots now).
+    pub aggressor_slot_waits: u64,
+    /// The highest memory fill of (b) and of (c); `None` where the server
+    /// has no such figure to read (the JVM servers).
+    pub fill_alone: Option<Fill>,
+    pub fill_beside: Option<Fill>,
     /// CPU of the node and of the aggressor's clients in (b) and in (c).
     pub cpu_alone: Cpu,
     pub cpu_beside: Cpu,
     pub peak_rss: Option<u64>,
-    /// The node's `write_rate_limit`, bytes per second.
+    /// The disk's write rate the "of the disk" shares are of (the node's
+    /// `write_rate_limit`, or the throttled device's), bytes per second.
     pub write_rate: u64,
 }
 
@@ -78,6 +83,12 @@ pub fn median(ms: &[u64]) -> Option<f64> {
         _ if n % 2 == 1 => Some(v[n / 2] as f64),
         _ => Some((v[n / 2 - 1] + v[n / 2]) as f64 / 2.0),
     }
+}
+
+fn fill(f: Option<Fill>) -> String {
+    f.map_or("not readable".into(), |f| {
+        format!("{:.2} / {:.2}", f.store, f.node)
+    })
 }
 
 fn secs(ms: &[u64]) -> String {
@@ -140,15 +151,13 @@ impl Figures {
             t,
             "\n| aggressor | alone | beside the victims | ratio |\n|---|---|---|---|\n\
              | writes acknowledged | {a:.1} MiB/s ({:.2} of the disk's {limit:.0} MiB/s) | {b:.1} MiB/s ({:.2}) | {:.2} |\n\
-             | node memory, highest fill: store's share / whole number | {:.2} / {:.2} | {:.2} / {:.2} | |\n\
+             | node memory, highest fill: store's share / whole number | {} | {} | |\n\
              | CPU, cores: node / aggressor's clients | {:.2} / {:.2} | {:.2} / {:.2} | |",
             a / limit,
             b / limit,
             self.aggressor_ratio(),
-            self.fill_alone.store,
-            self.fill_alone.node,
-            self.fill_beside.store,
-            self.fill_beside.node,
+            fill(self.fill_alone),
+            fill(self.fill_beside),
             self.cpu_alone.node,
             self.cpu_alone.clients,
             self.cpu_beside.node,
@@ -159,14 +168,67 @@ impl Figures {
             .map_or("not readable".into(), |r| format!("{:.0} MiB", mib(r)));
         let _ = writeln!(
             t,
-            "\nAggressor applications written, committed and read back in full: {}. Node peak RSS: {rss}.",
-            self.aggressor_apps
+            "\nAggressor applications written, committed and read back in full: {}; RequestSlots refused for lack of slots (retried after 1 s): {}. Peak RSS of the server's processes: {rss}.",
+            self.aggressor_apps,
+            self.aggressor_slot_waits
         );
         for (client, v) in &self.victims {
             for f in &v.failures {
                 let _ = writeln!(t, "- {client}: {}", f.replace('|', "/"));
             }
         }
+        t
+    }
+
+    /// Switchyard beside the JVM servers, one line per figure, in Markdown.
+    pub fn compare(&self, jvm: &Figures) -> String {
+        let mut t = String::from(
+            "| | Switchyard: alone / beside (medians) | slowdown | JVM servers: alone / beside | slowdown |\n|---|---|---|---|---|\n",
+        );
+        let s = |v: Option<&Victim>, beside: bool| {
+            v.and_then(|v| median(if beside { &v.beside_ms } else { &v.alone_ms }))
+                .map_or("-".into(), |m| format!("{:.1} s", m / 1e3))
+        };
+        let r = |v: Option<&Victim>| {
+            v.and_then(Victim::ratio)
+                .map_or("-".into(), |r| format!("{r:.2}×"))
+        };
+        let clients: std::collections::BTreeSet<&String> =
+            self.victims.keys().chain(jvm.victims.keys()).collect();
+        for c in clients {
+            let (a, b) = (self.victims.get(c), jvm.victims.get(c));
+            let _ = writeln!(
+                t,
+                "| {c} | {} / {} | {} | {} / {} | {} |",
+                s(a, false),
+                s(a, true),
+                r(a),
+                s(b, false),
+                s(b, true),
+                r(b)
+            );
+        }
+        let agg = |f: &Figures| {
+            format!(
+                "{:.1} / {:.1} MiB/s | {:.2} kept",
+                f.aggressor_alone.mib_s(),
+                f.aggressor_beside.mib_s(),
+                f.aggressor_ratio()
+            )
+        };
+        let cpu = |f: &Figures| format!("{:.2} / {:.2} | ", f.cpu_alone.node, f.cpu_beside.node);
+        let rss = |f: &Figures| {
+            f.peak_rss
+                .map_or("-".into(), |r| format!("{:.0} MiB", mib(r)))
+        };
+        let _ = writeln!(
+            t,
+            "| aggressor's writes acknowledged | {} | {} |",
+            agg(self),
+            agg(jvm)
+        );
+        let _ = writeln!(t, "| server CPU, cores | {}{}|", cpu(self), cpu(jvm));
+        let _ = writeln!(t, "| server peak RSS | {} | | {} | |", rss(self), rss(jvm));
         t
     }
 
@@ -188,11 +250,13 @@ impl Figures {
                 _ => {}
             }
         }
-        if self.fill_beside.store < AT_BUDGET {
-            p.push(format!(
+        match self.fill_beside {
+            None => p.push("the node's memory fill was not read".into()),
+            Some(f) if f.store < AT_BUDGET => p.push(format!(
                 "the node was never at {AT_BUDGET} of its memory budget beside the victims (at most {:.2}): the aggressor did not saturate it",
-                self.fill_beside.store
-            ));
+                f.store
+            )),
+            Some(_) => {}
         }
         if let Some(min) = min_aggressor {
             let r = self.aggressor_ratio();
@@ -225,10 +289,10 @@ mod tests {
                 bytes: 600 << 20,
                 time: Duration::from_secs(10),
             },
-            fill_beside: Fill {
+            fill_beside: Some(Fill {
                 store: 0.97,
                 node: 0.9,
-            },
+            }),
             write_rate: 64 << 20,
             ..Default::default()
         };
@@ -255,14 +319,33 @@ mod tests {
     }
 
     #[test]
+    fn compare_puts_both_servers_on_one_line_per_victim() {
+        let f = figures();
+        let mut jvm = figures();
+        jvm.add(vec![line("a", "ok", 9000), line("c", "ok", 100)], true);
+        let t = f.compare(&jvm);
+        assert!(
+            t.contains("| a | 2.0 s / 2.4 s | 1.20× | 2.0 s / 5.7 s | 2.85× |"),
+            "{t}"
+        );
+        assert!(t.contains("| c | - / - | - | - / 0.1 s | - |"), "{t}");
+        assert!(t.contains("| aggressor's writes acknowledged | 64.0 / 60.0 MiB/s | 0.94 kept | 64.0 / 60.0 MiB/s | 0.94 kept |"), "{t}");
+    }
+
+    #[test]
     fn every_check_can_fail() {
         let f = figures();
         assert!(f.problems(Some(1.3), Some(0.9)).is_empty());
         assert_eq!(f.problems(Some(1.15), None).len(), 1, "a is 1.2x");
         assert_eq!(f.problems(None, Some(0.95)).len(), 1, "aggressor kept 0.94");
         let mut g = figures();
-        g.fill_beside.store = 0.5;
+        g.fill_beside = Some(Fill {
+            store: 0.5,
+            node: 0.5,
+        });
         assert_eq!(g.problems(None, None).len(), 1, "not at its budget");
+        g.fill_beside = None;
+        assert_eq!(g.problems(None, None).len(), 1, "fill not read");
         let mut h = figures();
         h.add(vec![line("b", "mismatch", 10)], true);
         assert_eq!(h.problems(None, None).len(), 1, "a mismatch fails");

@@ -8,15 +8,18 @@
 //! Celeborn Flink client). Phases: (a) the victims alone, (b) the aggressor
 //! alone, (c) the victims beside the aggressor. It prints each victim's
 //! slowdown and what the aggressor kept of its throughput, and checks that
-//! the aggressor really held the node at its budget during (c).
+//! the aggressor really held the node at its budget during (c). With the
+//! JVM servers' classpaths and `--jvm-dir`, the same phases then run
+//! against the upstream Celeborn and Uniffle servers ([`jvm`]).
 
 pub mod aggressor;
 pub mod clients;
 pub mod figures;
+pub mod jvm;
 pub mod node;
 pub mod watch;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -27,7 +30,8 @@ use switchyard_clients::uniffle::Transport;
 use self::aggressor::{Aggressor, AggressorOptions, Protocol};
 use self::clients::ClientRuntime;
 use self::figures::{Cpu, Figures, Rate};
-use self::node::{Node, NodeOptions};
+use self::jvm::{JvmOptions, JvmServers};
+use self::node::{ensure_space, Node, NodeOptions};
 use self::watch::Watch;
 use crate::report::{mib, peak_rss_of};
 use crate::soak::jobs::{build_script, Round};
@@ -99,6 +103,17 @@ pub struct NeighboursArgs {
     /// The node's directory (kept); a temporary one when absent.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Where the JVM servers keep their data and logs: on a device
+    /// throttled to --write-rate (bench/throttled-disk.sh), as --dir should
+    /// then be too. Needs JVM_CELEBORN_CLASSPATH and JVM_UNIFFLE_CLASSPATH.
+    #[arg(long)]
+    pub jvm_dir: Option<PathBuf>,
+    /// The write rate of the device --dir and --jvm-dir are on, when it is
+    /// itself throttled: the "of the disk" figures are shares of it. Give
+    /// the node a --write-rate a little below it, as an operator would, so
+    /// that the node's own queue and not the device's orders the writes.
+    #[arg(long)]
+    pub device_rate: Option<ByteSize>,
     /// Also write the figures as Markdown to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -136,12 +151,64 @@ pub async fn run(args: NeighboursArgs) -> anyhow::Result<()> {
         args.rounds,
         args.jobs.display()
     );
-    jvm_note();
+    let jvm = jvm_options(&args)?;
     println!(
         "neighbours: building the victims ({} --build)",
         args.jobs.display()
     );
     build_script(&args.jobs).await?;
+    let switchyard = on_switchyard(&args, transport).await?;
+    if jvm.is_some() {
+        // Printed now: the JVM servers' run may fail without taking it along.
+        println!("\n## Switchyard\n\n{}", switchyard.table());
+    }
+    let jvm = match jvm {
+        Some(o) => Some(on_jvm(&args, &o, transport).await?),
+        None => None,
+    };
+    judge(&args, &switchyard, jvm.as_ref())
+}
+
+/// The JVM servers' options when both classpaths and `--jvm-dir` are given.
+fn jvm_options(args: &NeighboursArgs) -> anyhow::Result<Option<JvmOptions>> {
+    let classpaths = JvmOptions::classpaths()?;
+    let (celeborn_classpath, uniffle_classpath, dir) = match (classpaths, &args.jvm_dir) {
+        (None, None) => {
+            println!("neighbours: JVM servers not given (JVM_CELEBORN_CLASSPATH, JVM_UNIFFLE_CLASSPATH, --jvm-dir): Switchyard only");
+            return Ok(None);
+        }
+        (Some((c, u)), Some(dir)) => (c, u, dir.clone()),
+        (Some(_), None) => bail!(
+            "the JVM servers need --jvm-dir on a device throttled to --write-rate \
+             (bench/throttled-disk.sh): they have no disk throttle of their own"
+        ),
+        (None, Some(_)) => {
+            bail!("--jvm-dir needs JVM_CELEBORN_CLASSPATH and JVM_UNIFFLE_CLASSPATH")
+        }
+    };
+    std::fs::create_dir_all(&dir)?;
+    ensure_space(&dir, args.min_free.as_u64() + disk_need(args))?;
+    println!(
+        "neighbours: then the JVM servers (Celeborn master and worker, Uniffle coordinator and server) in {}",
+        dir.display()
+    );
+    Ok(Some(JvmOptions {
+        celeborn_classpath,
+        uniffle_classpath,
+        memory: args.memory.as_u64(),
+        dir,
+        min_free: args.min_free.as_u64(),
+    }))
+}
+
+/// Every aggressor application at its full size at once, plus a margin
+/// for the victims' few tens of MB.
+fn disk_need(args: &NeighboursArgs) -> u64 {
+    args.apps as u64 * args.app_size.as_u64() + (256 << 20)
+}
+
+/// The phases against the Switchyard node.
+async fn on_switchyard(args: &NeighboursArgs, transport: Transport) -> anyhow::Result<Figures> {
     let mut node = Node::start(&NodeOptions {
         bin: args.bin.clone(),
         ip: args.ip,
@@ -149,9 +216,7 @@ pub async fn run(args: NeighboursArgs) -> anyhow::Result<()> {
         write_rate: args.write_rate.as_u64(),
         read_rate: args.read_rate.as_u64(),
         min_free: args.min_free.as_u64(),
-        // Every aggressor application at its full size at once, plus a
-        // margin for the victims' few tens of MB.
-        disk_need: args.apps as u64 * args.app_size.as_u64() + (256 << 20),
+        disk_need: disk_need(args),
         root: args.dir.clone(),
     })
     .await?;
@@ -160,8 +225,14 @@ pub async fn run(args: NeighboursArgs) -> anyhow::Result<()> {
         node.pid().unwrap_or(0),
         node.dir.display()
     );
-    let measured = phases(&args, &node, transport).await;
-    let peak_rss = node.pid().and_then(peak_rss_of);
+    let subject = Subject {
+        uniffle: node.uniffle_coordinator(),
+        celeborn: node.celeborn_master(),
+        pids: node.pid().into_iter().collect(),
+        admin: Some(node.admin()),
+    };
+    let measured = phases(args, &subject, transport).await;
+    let peak_rss = subject.peak_rss();
     let log = node.log_tail(20);
     let stopped = node.stop().await;
     let mut figures = match measured {
@@ -170,23 +241,70 @@ pub async fn run(args: NeighboursArgs) -> anyhow::Result<()> {
     };
     stopped?;
     figures.peak_rss = peak_rss;
-    judge(&args, &figures)
+    Ok(figures)
 }
 
-/// (a), (b), (c) on the running node.
+/// The same phases against the JVM servers.
+async fn on_jvm(
+    args: &NeighboursArgs,
+    o: &JvmOptions,
+    transport: Transport,
+) -> anyhow::Result<Figures> {
+    let mut servers = JvmServers::start(o).await?;
+    println!(
+        "neighbours: JVM servers ready (pids {:?}, dir {})",
+        servers.pids(),
+        servers.dir.display()
+    );
+    let subject = Subject {
+        uniffle: servers.uniffle_coordinator(),
+        celeborn: servers.celeborn_master(),
+        pids: servers.pids(),
+        admin: None,
+    };
+    let measured = phases(args, &subject, transport).await;
+    let peak_rss = subject.peak_rss();
+    let log = servers.log_tail(20);
+    servers.stop().await?;
+    let mut figures = match measured {
+        Ok(f) => f,
+        Err(e) => bail!("{e:#}\nthe JVM servers' logs end:\n{log}"),
+    };
+    figures.peak_rss = peak_rss;
+    Ok(figures)
+}
+
+/// What the phases run against: the Switchyard node or the JVM servers.
+struct Subject {
+    uniffle: String,
+    celeborn: String,
+    /// The server processes, for CPU and peak RSS.
+    pids: Vec<u32>,
+    /// The status page its memory fill is read from (Switchyard's).
+    admin: Option<SocketAddr>,
+}
+
+impl Subject {
+    /// The sum over its processes; `None` when one is not readable.
+    fn peak_rss(&self) -> Option<u64> {
+        self.pids.iter().map(|&p| peak_rss_of(p)).sum()
+    }
+}
+
+/// (a), (b), (c) on the running servers.
 async fn phases(
     args: &NeighboursArgs,
-    node: &Node,
+    subject: &Subject,
     transport: Transport,
 ) -> anyhow::Result<Figures> {
     let mut f = Figures {
-        write_rate: args.write_rate.as_u64(),
+        write_rate: args.device_rate.unwrap_or(args.write_rate).as_u64(),
         ..Default::default()
     };
     let round = Round {
         script: args.jobs.clone(),
-        uniffle: node.uniffle_coordinator(),
-        celeborn: node.celeborn_master(),
+        uniffle: subject.uniffle.clone(),
+        celeborn: subject.celeborn.clone(),
         env: vec![
             ("SOAK_JOBS_RECORDS".into(), args.records.to_string()),
             ("SOAK_JOBS_FLINK_LINES".into(), args.flink_lines.to_string()),
@@ -194,7 +312,7 @@ async fn phases(
             ("SOAK_JOBS_REPLICAS".into(), "1".into()),
         ],
     };
-    let watch = Watch::start(node.admin());
+    let watch = subject.admin.map(Watch::start);
     for r in 1..=args.rounds {
         f.add(victims(&round, r, "alone").await, false);
     }
@@ -205,26 +323,24 @@ async fn phases(
         mappers: args.mappers,
         partitions: args.partitions,
         app_size: args.app_size.as_u64(),
-        celeborn_master: node.celeborn_master(),
-        uniffle_coordinator: node.uniffle_coordinator(),
+        celeborn_master: subject.celeborn.clone(),
+        uniffle_coordinator: subject.uniffle.clone(),
         transport,
     };
     let aggressor = Aggressor::start(options, clients.handle());
     let running = Running {
         aggressor: &aggressor,
         clients: &clients,
-        node: node.pid(),
+        servers: &subject.pids,
     };
     let measured = beside(args, &round, &watch, &running, &mut f).await;
     f.aggressor_apps = aggressor.completed();
+    f.aggressor_slot_waits = aggressor.slot_waits();
     // Stopped on every path; its error comes first (it explains a victim's).
     aggressor.stop().await?;
     measured?;
-    if watch.misses() > 0 {
-        println!(
-            "neighbours: {} status readings went unanswered",
-            watch.misses()
-        );
+    if let Some(w) = watch.as_ref().filter(|w| w.misses() > 0) {
+        println!("neighbours: {} status readings went unanswered", w.misses());
     }
     Ok(f)
 }
@@ -233,16 +349,18 @@ async fn phases(
 struct Running<'a> {
     aggressor: &'a Aggressor,
     clients: &'a ClientRuntime,
-    node: Option<u32>,
+    servers: &'a [u32],
 }
 
 impl Running<'_> {
-    /// CPU time used so far by the node and by the aggressor's clients.
+    /// CPU time used so far by the servers and by the aggressor's clients.
     fn cpu(&self) -> (Duration, Duration) {
-        let node = self
-            .node
-            .and_then(|pid| crate::report::cpu_time_of(pid).ok());
-        (node.unwrap_or_default(), self.clients.cpu_time())
+        let servers = self
+            .servers
+            .iter()
+            .filter_map(|&pid| crate::report::cpu_time_of(pid).ok())
+            .sum();
+        (servers, self.clients.cpu_time())
     }
 
     /// Cores used since `since` (a reading of [`Running::cpu`]).
@@ -262,7 +380,7 @@ impl Running<'_> {
 async fn beside(
     args: &NeighboursArgs,
     round: &Round,
-    watch: &Watch,
+    watch: &Option<Watch>,
     running: &Running<'_>,
     f: &mut Figures,
 ) -> anyhow::Result<()> {
@@ -277,7 +395,8 @@ async fn beside(
         args.warmup_secs, args.solo_secs
     );
     hold(aggressor, Duration::from_secs(args.warmup_secs)).await?;
-    watch.take();
+    let fill = || watch.as_ref().map(Watch::take);
+    fill();
     let (bytes, started, cpu) = (aggressor.acked(), Instant::now(), running.cpu());
     hold(aggressor, Duration::from_secs(args.solo_secs)).await?;
     f.aggressor_alone = Rate {
@@ -285,11 +404,12 @@ async fn beside(
         time: started.elapsed(),
     };
     f.cpu_alone = running.cores_since(cpu, started);
-    f.fill_alone = watch.take();
+    f.fill_alone = fill();
     println!(
-        "neighbours: aggressor alone {:.1} MiB/s, node memory at most {:.2} of its budget",
+        "neighbours: aggressor alone {:.1} MiB/s, node memory at most {} of its budget",
         f.aggressor_alone.mib_s(),
-        f.fill_alone.store
+        f.fill_alone
+            .map_or("(not readable)".into(), |f| format!("{:.2}", f.store))
     );
     let (bytes, started, cpu) = (aggressor.acked(), Instant::now(), running.cpu());
     for r in 1..=args.rounds {
@@ -305,7 +425,7 @@ async fn beside(
         time: started.elapsed(),
     };
     f.cpu_beside = running.cores_since(cpu, started);
-    f.fill_beside = watch.take();
+    f.fill_beside = fill();
     Ok(())
 }
 
@@ -334,26 +454,18 @@ async fn victims(round: &Round, n: u32, when: &str) -> Vec<crate::soak::jobs::Jo
     results
 }
 
-/// The JVM servers' same-run comparison is not built (see docs/benchmarks.md).
-fn jvm_note() {
-    let given: Vec<&str> = ["JVM_UNIFFLE_CLASSPATH", "JVM_CELEBORN_CLASSPATH"]
-        .into_iter()
-        .filter(|v| std::env::var_os(v).is_some())
-        .collect();
-    if given.is_empty() {
-        println!("neighbours: JVM servers not given (JVM_UNIFFLE_CLASSPATH, JVM_CELEBORN_CLASSPATH): Switchyard only");
-    } else {
-        println!(
-            "neighbours: {} given, but the same run against the JVM servers is not implemented (they have no disk throttle of their own): Switchyard only",
-            given.join(", ")
+/// Prints the tables, writes the report, and fails on any problem of
+/// Switchyard's (the JVM servers' figures are there to compare with).
+fn judge(args: &NeighboursArgs, f: &Figures, jvm: Option<&Figures>) -> anyhow::Result<()> {
+    let mut text = f.table();
+    if let Some(j) = jvm {
+        text += &format!(
+            "\n## The JVM servers, same run\n\n{}\n## Side by side\n\n{}",
+            j.table(),
+            f.compare(j)
         );
     }
-}
-
-/// Prints the table, writes the report, and fails on any problem.
-fn judge(args: &NeighboursArgs, f: &Figures) -> anyhow::Result<()> {
-    let table = f.table();
-    println!("\n{table}");
+    println!("\n{text}");
     if let Some(path) = &args.report {
         let head = format!(
             "# Noisy neighbours\n\nOne node, {} budget, disk writes throttled to {}/s ({:.0} MiB/s); aggressor: {} {:?} applications, skewed; victims: {} round(s) of {} records (Spark) and {} lines (Flink).\n\n",
@@ -366,7 +478,7 @@ fn judge(args: &NeighboursArgs, f: &Figures) -> anyhow::Result<()> {
             args.records,
             args.flink_lines
         );
-        std::fs::write(path, head + &table)?;
+        std::fs::write(path, head + &text)?;
     }
     let problems = f.problems(args.max_slowdown, args.min_aggressor_ratio);
     if problems.is_empty() {

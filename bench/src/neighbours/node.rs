@@ -148,7 +148,7 @@ impl Drop for Node {
 /// Fails, naming the directory and the figures, when its filesystem has
 /// less room than the run needs: a full disk otherwise shows up later as
 /// a node that never gets ready.
-fn ensure_space(dir: &Path, need: u64) -> anyhow::Result<()> {
+pub(crate) fn ensure_space(dir: &Path, need: u64) -> anyhow::Result<()> {
     let st =
         nix::sys::statvfs::statvfs(dir).with_context(|| format!("statvfs {}", dir.display()))?;
     let available: u64 = st.blocks_available() * st.fragment_size();
