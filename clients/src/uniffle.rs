@@ -529,20 +529,35 @@ impl ShuffleServer {
                     partition_num_per_range: 1,
                     partition_num: partition + 1,
                 };
-                match netty.call(Message::GetLocalShuffleIndex(request)).await? {
-                    Message::GetLocalShuffleIndexResponse(r) => {
-                        check(
-                            "getLocalShuffleIndex(netty)",
-                            r.head.status,
-                            r.head.ret_message.unwrap_or_default(),
-                        )?;
-                        Ok((r.index_data, r.data_file_len))
+                let r = match netty.call(Message::GetLocalShuffleIndex(request)).await? {
+                    Message::GetLocalShuffleIndexResponse(r) => r,
+                    // The JVM 0.10 server answers index requests with type 23;
+                    // its storage ids matter only when a partition
+                    // spans several disks, which this client does not read.
+                    Message::GetLocalShuffleIndexV2Response(r) => {
+                        let mut ids = r.storage_ids.clone();
+                        ids.dedup();
+                        if ids.len() > 1 {
+                            return Err(ClientError::Netty(format!(
+                                "partition {partition} spans storages {:?}: not read by this client",
+                                r.storage_ids
+                            )));
+                        }
+                        r.base
                     }
-                    other => Err(ClientError::Netty(format!(
-                        "unexpected reply {:?}",
-                        other.message_type()
-                    ))),
-                }
+                    other => {
+                        return Err(ClientError::Netty(format!(
+                            "unexpected reply {:?}",
+                            other.message_type()
+                        )))
+                    }
+                };
+                check(
+                    "getLocalShuffleIndex(netty)",
+                    r.head.status,
+                    r.head.ret_message.unwrap_or_default(),
+                )?;
+                Ok((r.index_data, r.data_file_len))
             }
         }
     }
