@@ -19,6 +19,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::overload::admin_get;
+use crate::soak::fleet::tail_of as tail;
 
 /// How long a server may take to open its port and register.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -416,12 +417,6 @@ fn java() -> PathBuf {
         .map(|h| PathBuf::from(h).join("bin/java"))
         .filter(|j| j.is_file())
         .unwrap_or_else(|| "java".into())
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 #[cfg(test)]

@@ -84,8 +84,13 @@ impl Node {
 
 /// The last `lines` lines of `dir/switchyard.log`, where [`serve`] logs.
 pub(crate) fn log_tail(dir: &Path, lines: usize) -> String {
-    let log = std::fs::read_to_string(dir.join("switchyard.log")).unwrap_or_default();
-    let all: Vec<&str> = log.lines().collect();
+    tail_of(&dir.join("switchyard.log"), lines)
+}
+
+/// The last `lines` lines of a file (empty when it cannot be read).
+pub(crate) fn tail_of(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
