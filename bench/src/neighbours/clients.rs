@@ -101,11 +101,18 @@ mod tests {
     fn its_threads_run_at_the_nice_value_given_and_their_cpu_is_counted() {
         let rt = ClientRuntime::new(7).unwrap();
         rt.handle().block_on(async {});
+        // Spins until this thread itself has used 200 ms of CPU (by its own
+        // /proc entry), however busy the machine: a nice thread on loaded
+        // cores gets little of its wall time.
         let spin = rt.handle().spawn(async {
             let started = std::time::Instant::now();
+            let own = || crate::report::cpu_time_at("/proc/thread-self/stat").unwrap_or_default();
             let mut x = 0u64;
-            while started.elapsed() < Duration::from_millis(300) {
-                x = x.wrapping_mul(31).wrapping_add(1);
+            while own() < Duration::from_millis(200) && started.elapsed() < Duration::from_secs(30)
+            {
+                for _ in 0..100_000 {
+                    x = x.wrapping_mul(31).wrapping_add(1);
+                }
             }
             x
         });
