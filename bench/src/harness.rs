@@ -17,6 +17,17 @@ use parking_lot::Mutex;
 use crate::report::gbps;
 
 /// A fresh application id for a bench run: `<prefix>-<unix millis>`.
+/// `n` ports free on 127.0.0.1 now: all held open together until each is
+/// known, so none repeats.
+pub fn free_loopback_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    held.iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}
+
 pub fn app_id(prefix: &str) -> String {
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -9,7 +9,7 @@
 //! memory budget: the worker as direct memory, the shuffle server as its
 //! buffer. Ports are free ones on 127.0.0.1; stopped by PID.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -71,13 +71,7 @@ struct Ports {
 impl Ports {
     /// Ports free on 127.0.0.1 now: all held open together, so none repeats.
     fn free() -> anyhow::Result<Ports> {
-        let held = (0..11)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let p: Vec<u16> = held
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()?;
+        let p = crate::harness::free_loopback_ports(11)?;
         Ok(Ports {
             master: p[0],
             master_http: p[1],

@@ -3,7 +3,7 @@
 //! fleet does), killed with SIGKILL and restarted on the same directory.
 //! Its RSS and CPU time come from `/proc/<pid>`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,13 +29,7 @@ impl Ports {
     /// Ten ports the kernel hands out now (all held until each is known,
     /// so they differ).
     fn free() -> anyhow::Result<Ports> {
-        let listeners = (0..10)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let p: Vec<u16> = listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()?;
+        let p = crate::harness::free_loopback_ports(10)?;
         Ok(Ports {
             admin: p[0],
             cluster: p[1],
